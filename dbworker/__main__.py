@@ -1,0 +1,5 @@
+"""``python -m dbworker``: the same command as the ``dbworker`` console script (see ``cli``)."""
+
+from dbworker.cli import main
+
+raise SystemExit(main())

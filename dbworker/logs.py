@@ -1,0 +1,106 @@
+"""The ``dbworker`` logger of the command: text or JSON lines on stderr, passwords masked.
+
+Every record passes through ``redact`` before it is written, so a database URL or a driver
+error quoting one never shows its password. The library itself only logs to ``dbworker.*``
+loggers and configures nothing; the command calls ``setup()``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import TextIO
+
+from dbworker import redact
+
+FORMATS = ("text", "json")
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# Passwords learned after setup (from the application's URL); masked in every line.
+_MASKED: set[str] = set()
+
+
+def mask(*secrets: str) -> None:
+    """Mask these strings in every line from now on (and in the command's error line)."""
+    _MASKED.update(s for s in secrets if s)
+
+
+def masked() -> tuple[str, ...]:
+    return tuple(_MASKED)
+
+
+class _Redacting(logging.Formatter):
+    """Formats as the base class would, then masks passwords in the whole line."""
+
+    def __init__(self, fmt: str | None, *, secrets: tuple[str, ...]) -> None:
+        super().__init__(fmt)
+        self._secrets = secrets
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact.redact(super().format(record), self._secrets + masked())
+
+
+class _Json(_Redacting):
+    """One JSON object per line: time, level, logger, message, and exception text if any."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, object] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        for key in ("worker", "outcome"):
+            if hasattr(record, key):
+                entry[key] = getattr(record, key)
+        return redact.redact(json.dumps(entry, default=str), self._secrets + masked())
+
+
+def check_level(level: str) -> str:
+    """``level`` upper-cased; ``ValueError`` naming the allowed values otherwise."""
+    upper = level.strip().upper()
+    if upper not in LEVELS:
+        raise ValueError(f"unknown log level {level!r}; use one of {', '.join(LEVELS)}")
+    return upper
+
+
+def check_format(fmt: str) -> str:
+    """``fmt`` lower-cased; ``ValueError`` naming the allowed values otherwise."""
+    lower = fmt.strip().lower()
+    if lower not in FORMATS:
+        raise ValueError(f"unknown log format {fmt!r}; use one of {', '.join(FORMATS)}")
+    return lower
+
+
+def setup(
+    *,
+    level: str = "INFO",
+    fmt: str = "text",
+    secrets: tuple[str, ...] = (),
+    stream: TextIO | None = None,
+) -> logging.Handler:
+    """Send the ``dbworker`` logger to ``stream`` (stderr) at ``level`` in ``fmt``.
+
+    ``secrets`` are extra strings to mask (e.g. the password of the application's URL).
+    Returns the installed handler. Raises ``ValueError`` for an unknown level or format.
+    """
+    level = check_level(level)
+    fmt = check_format(fmt)
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(
+        _Json(None, secrets=secrets) if fmt == "json" else _Redacting(_TEXT, secrets=secrets)
+    )
+    logger = logging.getLogger("dbworker")
+    for old in list(logger.handlers):
+        if getattr(old, "_dbworker_setup", False):
+            logger.removeHandler(old)
+    handler._dbworker_setup = True  # type: ignore[attr-defined]
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    # The command owns stderr: records must not also reach a root handler set by the app.
+    logger.propagate = False
+    return handler
