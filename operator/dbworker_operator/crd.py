@@ -297,6 +297,8 @@ def rbac_rules() -> list[dict[str, Any]]:
     return [
         {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": [*read, "patch"]},
         {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch", "update"]},
+        # Owner references with blockOwnerDeletion need `update` on the owner's finalizers.
+        {"apiGroups": [GROUP], "resources": [f"{PLURAL}/finalizers"], "verbs": ["update"]},
         {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": own},
         {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": own},
         {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": own},
