@@ -1,0 +1,170 @@
+"""Inside a handler process: its own engine, load the claimed row, call the handler, fenced commit.
+
+A handler process serves one worker for its whole life, one item at a time, and never
+imports the scheduler or the pool. It ignores SIGINT/SIGTERM (only its coordinator decides
+when it ends) and exits by itself when its coordinator dies.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+from dbworker import claims, dialects, redact, tables
+from dbworker.contract import ExecutionStatus, Finished, Handler, Unfinished
+
+EXIT_ORPHANED = 3  # the coordinator died; the work is left for another to take over
+_MAY_COMMIT = "dbworker.may_commit"
+_PARENT_CHECK_SECONDS = 0.5
+
+# Outcomes a handler process reports; "retry" means a transient database error kept the
+# result from being committed, so the coordinator gives the claim back.
+FINISHED, UNFINISHED, FAILED, LOST, RETRY = "finished", "unfinished", "failed", "lost", "retry"
+
+
+@dataclass(frozen=True)
+class ChildConfig:
+    """What a handler process needs; pickled to it once when it starts."""
+
+    worker: str
+    database_url: str = field(repr=False)  # carries the password: never logged
+    engine_options: dict[str, Any]
+    handler: Handler
+    source: Any
+    parent_pid: int
+
+
+@dataclass(frozen=True)
+class Report:
+    """A handler process's answer for one item."""
+
+    source_id: Any
+    token: str
+    outcome: str
+    seconds: float
+    error: str | None = None
+
+
+def _guard_commit(session: Session) -> None:
+    if not session.info.get(_MAY_COMMIT):
+        raise RuntimeError(
+            "dbworker owns the commit: return Finished() or Unfinished() and dbworker commits "
+            "the handler's writes with the outcome (session.rollback() is allowed)"
+        )
+
+
+def _watch_parent(parent_pid: int) -> None:
+    # An orphaned handler process must not linger: its claim will be taken over elsewhere.
+    while True:
+        time.sleep(_PARENT_CHECK_SECONDS)
+        if os.getppid() != parent_pid:
+            os._exit(EXIT_ORPHANED)
+
+
+class Runner:
+    """Runs items for one worker with one engine; separate from the process plumbing for tests."""
+
+    def __init__(self, config: ChildConfig) -> None:
+        self.config = config
+        options = {"pool_pre_ping": True, **config.engine_options}
+        self.engine = sa.create_engine(config.database_url, **options)
+        self.table = tables.work_table(config.worker, config.source)
+        self.secrets = redact.url_secrets(config.database_url)
+
+    def run(self, claim: claims.Claim) -> Report:
+        start = time.perf_counter()
+        outcome, error = self._execute(claim)
+        return Report(claim.source_id, claim.token, outcome, time.perf_counter() - start, error)
+
+    def _describe(self, exc: BaseException) -> str:
+        text = "".join(traceback.format_exception(exc))
+        return redact.redact(text, self.secrets)
+
+    def _execute(self, claim: claims.Claim) -> tuple[str, str | None]:
+        session = Session(self.engine)
+        event.listen(session, "before_commit", _guard_commit)
+        try:
+            try:
+                row = session.get(self.config.source, claim.source_id)
+                if row is None:
+                    raise LookupError(
+                        f"source row {claim.source_id!r} of {self.config.source.__name__} no longer exists"
+                    )
+                result = self.config.handler(row, session)
+                if not isinstance(result, Finished | Unfinished):
+                    raise TypeError(
+                        f"handler returned {result!r}; it must return Finished() or Unfinished()"
+                    )
+                session.flush()
+            except BaseException as exc:  # noqa: BLE001 - every handler error is reported, none escapes
+                _rollback(session)
+                if dialects.is_transient(exc):
+                    return RETRY, self._describe(exc)
+                return self._record_failure(claim, self._describe(exc))
+            status = ExecutionStatus.FINISHED if isinstance(result, Finished) else ExecutionStatus.UNFINISHED
+            try:
+                if not claims.complete(session.connection(), self.table, claim, status):
+                    _rollback(session)
+                    return LOST, None
+                session.info[_MAY_COMMIT] = True
+                session.commit()
+            except Exception as exc:  # noqa: BLE001
+                _rollback(session)
+                return RETRY, self._describe(exc)
+            return (FINISHED if status is ExecutionStatus.FINISHED else UNFINISHED), None
+        finally:
+            session.info[_MAY_COMMIT] = True  # closing may need to end the transaction
+            session.close()
+
+    def _record_failure(self, claim: claims.Claim, error: str) -> tuple[str, str | None]:
+        try:
+            with self.engine.connect() as conn:
+                recorded = claims.fail(conn, self.table, claim, error)
+        except Exception:  # noqa: BLE001 - could not record: the coordinator gives the claim back
+            return RETRY, error
+        return (FAILED, error) if recorded else (LOST, error)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _rollback(session: Session) -> None:
+    try:
+        session.rollback()
+    except Exception:  # noqa: BLE001 - a dead connection cannot roll back; the server does it
+        pass
+
+
+def main(config: ChildConfig, conn: Any) -> None:
+    """Entry point of a handler process: serve items from ``conn`` until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        os.setpgid(0, 0)  # a terminal's Ctrl-C goes to the foreground group, not to us
+    except OSError:
+        pass
+    threading.Thread(target=_watch_parent, args=(config.parent_pid,), daemon=True).start()
+    runner = Runner(config)
+    conn.send(("ready",))
+    try:
+        while True:
+            try:
+                message = conn.recv()
+            except EOFError:
+                return
+            if message is None:
+                return
+            source_id, token = message
+            report = runner.run(claims.Claim(source_id, token))
+            conn.send(("done", report))
+    finally:
+        runner.close()

@@ -1,0 +1,204 @@
+"""Every claim-path statement: find claimable rows, take them, renew, complete, release.
+
+A row is claimable when the worker's ``eligible`` query returns it and its work record is
+absent, ``unfinished``, or ``working`` with an expired lease. Taking is decided by a
+conditional INSERT/UPDATE on the work table (its primary key settles two first claims of one
+item); on servers with SKIP LOCKED the candidate source rows are also locked while they are
+taken, so concurrent claimers pass over each other instead of colliding. Leases are
+computed on the server's clock. Completion is fenced by the claim token.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from dbworker import dialects, tables
+from dbworker.contract import ExecutionStatus
+
+WORKING = ExecutionStatus.WORKING.value
+UNFINISHED = ExecutionStatus.UNFINISHED.value
+DONE = (ExecutionStatus.FINISHED.value, ExecutionStatus.FAILED.value)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One taken item: its source key, the claim's token, and whether it took over a dead claim."""
+
+    source_id: Any
+    token: str
+    taken_over: bool = False
+
+
+def blocked(table: sa.Table, key: sa.ColumnElement[Any], caps: dialects.Capabilities) -> sa.ColumnElement[bool]:
+    """EXISTS a work record that keeps ``key``'s row from being claimed now.
+
+    Correlated on the work table's primary key, so its cost per candidate row is one index
+    probe, whatever the number of finished items.
+    """
+    w = table.c
+    return (
+        sa.select(sa.literal(1))
+        .where(
+            w.source_id == key,
+            sa.or_(
+                w.execution_status.in_(DONE),
+                sa.and_(w.execution_status == WORKING, w.lease_expires_at > caps.now()),
+            ),
+        )
+        .exists()
+    )
+
+
+def claimable(
+    table: sa.Table,
+    key: sa.Column[Any],
+    eligible: Callable[[], sa.Select[Any]] | None,
+    caps: dialects.Capabilities,
+) -> sa.Select[Any]:
+    """The worker's eligible query narrowed to claimable rows, selecting only the source key.
+
+    The application's filters, joins and ordering are kept, so the first claimable row in
+    its order comes first.
+    """
+    query = sa.select(key.table) if eligible is None else eligible()
+    if not isinstance(query, sa.Select):
+        raise TypeError(f"eligible() must return a select() over the source, got {type(query).__name__}")
+    return query.with_only_columns(key, maintain_column_froms=True).where(~blocked(table, key, caps))
+
+
+def claim(
+    conn: Connection,
+    *,
+    table: sa.Table,
+    key: sa.Column[Any],
+    eligible: Callable[[], sa.Select[Any]] | None,
+    limit: int,
+    lease_seconds: float,
+) -> list[Claim]:
+    """Claim up to ``limit`` items in one transaction, which this function commits.
+
+    Locks: on PostgreSQL, MySQL 8.0.1+ and MariaDB 10.6+ the candidate source rows are
+    locked FOR UPDATE SKIP LOCKED until the commit; the work rows written are row-locked
+    as any INSERT/UPDATE. Elsewhere (SQLite) the conditional writes alone decide.
+    """
+    caps = dialects.of(conn)
+    query = claimable(table, key, eligible, caps).limit(limit)
+    if caps.skip_locked:
+        query = query.with_for_update(skip_locked=True, of=key.table if caps.lock_of else None)
+    taken: list[Claim] = []
+    try:
+        for source_id in conn.execute(query).scalars().all():
+            result = take(conn, table, source_id, caps=caps, lease_seconds=lease_seconds)
+            if result is not None:
+                taken.append(result)
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    return taken
+
+
+def take(
+    conn: Connection,
+    table: sa.Table,
+    source_id: Any,
+    *,
+    caps: dialects.Capabilities,
+    lease_seconds: float,
+) -> Claim | None:
+    """Take one candidate: first claim, claim of an unfinished item, or take-over of an expired one.
+
+    Each is a conditional write whose row count says whether this process won the item.
+    """
+    w = table.c
+    token = str(uuid.uuid4())
+    values = {
+        "execution_status": WORKING,
+        "claim_token": token,
+        "lease_expires_at": caps.now_plus(lease_seconds),
+        "error": None,
+    }
+    first = caps.insert_ignoring_duplicate(table, "source_id").values(source_id=source_id, **values)
+    if conn.execute(first).rowcount == 1:
+        return Claim(source_id, token)
+    again = sa.update(table).where(w.source_id == source_id, w.execution_status == UNFINISHED).values(**values)
+    if conn.execute(again).rowcount == 1:
+        return Claim(source_id, token)
+    expired = sa.or_(w.lease_expires_at.is_(None), w.lease_expires_at <= caps.now())
+    over = sa.update(table).where(w.source_id == source_id, w.execution_status == WORKING, expired).values(**values)
+    if conn.execute(over).rowcount == 1:
+        return Claim(source_id, token, taken_over=True)
+    return None
+
+
+def renew(conn: Connection, table: sa.Table, claims: Sequence[Claim], *, lease_seconds: float) -> list[Claim]:
+    """Extend the leases of ``claims`` still held; commit; return the claims found lost."""
+    caps = dialects.of(conn)
+    w = table.c
+    lost: list[Claim] = []
+    try:
+        for c in claims:
+            stmt = (
+                sa.update(table)
+                .where(w.source_id == c.source_id, w.claim_token == c.token, w.execution_status == WORKING)
+                .values(lease_expires_at=caps.now_plus(lease_seconds))
+            )
+            if conn.execute(stmt).rowcount != 1:
+                lost.append(c)
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    return lost
+
+
+def complete(
+    conn: Connection,
+    table: sa.Table,
+    claim: Claim,
+    status: ExecutionStatus,
+    *,
+    error: str | None = None,
+) -> bool:
+    """Record ``status`` for ``claim`` if its token is still current (the fence); no commit.
+
+    The caller commits: in a handler process this write shares the handler's transaction,
+    so the handler's writes and the outcome commit together or not at all.
+    """
+    w = table.c
+    if error is not None and len(error) > tables.ERROR_MAX_CHARS:
+        error = error[: tables.ERROR_MAX_CHARS - 20] + "\n... (truncated)"
+    stmt = (
+        sa.update(table)
+        .where(w.source_id == claim.source_id, w.claim_token == claim.token, w.execution_status == WORKING)
+        .values(execution_status=status.value, claim_token=None, lease_expires_at=None, error=error)
+    )
+    return bool(conn.execute(stmt).rowcount == 1)
+
+
+def release(conn: Connection, table: sa.Table, claim: Claim) -> bool:
+    """Give ``claim`` back at once (``unfinished``, no lease) so any process may take it; commits."""
+    try:
+        released = complete(conn, table, claim, ExecutionStatus.UNFINISHED)
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    return released
+
+
+def fail(conn: Connection, table: sa.Table, claim: Claim, error: str) -> bool:
+    """Record ``claim`` as failed with ``error`` if it is still current; commits."""
+    try:
+        failed = complete(conn, table, claim, ExecutionStatus.FAILED, error=error)
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    return failed

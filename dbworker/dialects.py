@@ -1,0 +1,102 @@
+"""What differs between database servers, answered once: locking, the server clock, errors.
+
+Every claim-path statement asks this module for the server's capabilities (SKIP LOCKED by
+version, FOR UPDATE OF), for "now" and "now + n seconds" on the server's own clock (leases
+never depend on a host's clock), for an insert that ignores a duplicate key, and whether an
+error is transient (worth retrying) rather than a bug.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.sql.elements import ColumnElement
+
+# SQLite stores DateTime as text in this layout (SQLAlchemy's own), so server-side values
+# compare and parse like the ones SQLAlchemy writes: %f is "SS.SSS", the zeros make microseconds.
+_SQLITE_DATETIME = "%Y-%m-%d %H:%M:%f000"
+
+# MySQL error codes that a retry can cure: lock wait timeout, deadlock, gone away, lost, can't connect.
+_MYSQL_TRANSIENT = {1040, 1205, 1213, 2003, 2006, 2013, 2055, 4031}
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """One server's answers to the questions the claim path asks."""
+
+    name: str  # "sqlite", "postgresql", "mysql" or "mariadb"
+    skip_locked: bool  # SELECT ... FOR UPDATE SKIP LOCKED decides claims
+    lock_of: bool  # FOR UPDATE OF <table> is accepted
+
+    def now(self) -> ColumnElement[dt.datetime]:
+        """The server's current time as naive UTC."""
+        return self.now_plus(0.0)
+
+    def now_plus(self, seconds: float) -> ColumnElement[dt.datetime]:
+        """The server's current time plus ``seconds``, as naive UTC."""
+        if self.name == "postgresql":
+            expr: ColumnElement[Any] = sa.func.timezone("UTC", sa.func.statement_timestamp())
+            if seconds:
+                expr = expr + sa.func.make_interval(0, 0, 0, 0, 0, 0, sa.literal(float(seconds)))
+        elif self.name in ("mysql", "mariadb"):
+            expr = sa.func.utc_timestamp(6)
+            if seconds:
+                expr = sa.func.timestampadd(
+                    sa.literal_column("MICROSECOND"), sa.literal(int(seconds * 1_000_000)), expr
+                )
+        else:
+            expr = sa.func.strftime(_SQLITE_DATETIME, "now", sa.literal(f"{float(seconds):+.6f} seconds"))
+        return sa.type_coerce(expr, sa.DateTime())
+
+    def insert_ignoring_duplicate(self, table: sa.Table, key: str) -> Any:
+        """An INSERT into ``table`` that does nothing (rowcount 0) when ``key`` already exists."""
+        if self.name == "postgresql":
+            return postgresql.insert(table).on_conflict_do_nothing(index_elements=[key])
+        if self.name == "sqlite":
+            return sqlite.insert(table).on_conflict_do_nothing(index_elements=[key])
+        return mysql.insert(table).prefix_with("IGNORE")
+
+
+def capabilities(dialect: Dialect) -> Capabilities:
+    """The capabilities of the server behind ``dialect`` (it must have connected once)."""
+    version = tuple(dialect.server_version_info or ())
+    if dialect.name == "postgresql":
+        return Capabilities("postgresql", skip_locked=version >= (9, 5), lock_of=True)
+    if dialect.name in ("mysql", "mariadb"):
+        if getattr(dialect, "is_mariadb", False):
+            return Capabilities("mariadb", skip_locked=version >= (10, 6), lock_of=False)
+        return Capabilities("mysql", skip_locked=version >= (8, 0, 1), lock_of=version >= (8, 0, 1))
+    return Capabilities(dialect.name, skip_locked=False, lock_of=False)
+
+
+def of(conn: Connection) -> Capabilities:
+    """The capabilities of ``conn``'s server."""
+    return capabilities(conn.dialect)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when ``exc`` says the database is unavailable or busy, not that a statement is wrong.
+
+    Connection loss, server shutdown, deadlocks, serialization failures, lock timeouts and
+    SQLite's "database is locked" qualify; a retry later can succeed.
+    """
+    if isinstance(exc, sa.exc.DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        orig = exc.orig
+        sqlstate = getattr(orig, "sqlstate", None)
+        if isinstance(sqlstate, str) and sqlstate[:2] in ("08", "40", "53", "57", "55"):
+            return True
+        args = getattr(orig, "args", ())
+        if args and isinstance(args[0], int) and args[0] in _MYSQL_TRANSIENT:
+            return True
+        text = str(orig).lower()
+        if "database is locked" in text or "database table is locked" in text or "busy" in text:
+            return True
+        return isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError)
+    return isinstance(exc, sa.exc.DisconnectionError | ConnectionError | TimeoutError)

@@ -1,0 +1,228 @@
+"""The handler process pool of one worker: spawn, hand out items, replace the dead, end at a deadline.
+
+Each slot is one long-lived child process (``child.main``) fed one item at a time over a
+pipe. The pool only moves processes and messages; what an outcome means for the database
+is the scheduler's business. Slots that die are replaced; a slot that keeps dying before it
+is ready is respawned with a growing delay so a broken application cannot spin the CPU.
+"""
+
+from __future__ import annotations
+
+import enum
+import multiprocessing
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from dbworker import child
+from dbworker.backoff import Backoff
+from dbworker.claims import Claim
+
+_CONTEXT = multiprocessing.get_context("spawn")  # no fork: the coordinator runs threads
+
+
+class State(enum.Enum):
+    STARTING = "starting"
+    IDLE = "idle"
+    BUSY = "busy"
+    DEAD = "dead"
+
+
+class EndReason(enum.Enum):
+    """Why the pool itself ended a busy slot's process."""
+
+    ABORTED = "aborted"  # drain deadline or abort(): give the claim back
+
+
+@dataclass
+class Slot:
+    index: int
+    process: BaseProcess | None = None
+    conn: Connection | None = None
+    state: State = State.DEAD
+    claim: Claim | None = None
+    ended: EndReason | None = None
+    respawn_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Done:
+    claim: Claim
+    report: child.Report
+
+
+@dataclass(frozen=True)
+class Died:
+    claim: Claim | None  # the item it was running, if any
+    exitcode: int | None
+    ended: EndReason | None  # set when the pool ended it on purpose
+    before_ready: bool
+
+
+Event = Done | Died
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """How a process ended, in words: exit code or signal."""
+    if exitcode is None:
+        return "ended for an unknown reason"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        hint = " (out of memory, or killed)" if -exitcode == signal.SIGKILL else ""
+        return f"killed by {name} ({-exitcode}){hint}"
+    return f"exited with code {exitcode}"
+
+
+class Pool:
+    """``size`` handler processes for one worker."""
+
+    def __init__(self, config: child.ChildConfig, size: int) -> None:
+        self._config = config
+        self._slots = [Slot(i) for i in range(size)]
+        self._lock = threading.Lock()
+        self._respawn = [Backoff(0.5, 30.0) for _ in range(size)]
+
+    # --- views, safe from any thread -------------------------------------------------
+    def idle(self) -> int:
+        with self._lock:
+            return sum(1 for s in self._slots if s.state is State.IDLE)
+
+    def busy_claims(self) -> list[Claim]:
+        with self._lock:
+            return [s.claim for s in self._slots if s.state is State.BUSY and s.claim is not None]
+
+    def pids(self) -> list[int]:
+        with self._lock:
+            return [s.process.pid for s in self._slots if s.process is not None and s.process.pid]
+
+    # --- lifecycle, from the worker's loop thread --------------------------------------
+    def start(self) -> None:
+        for slot in self._slots:
+            self._spawn(slot)
+
+    def _spawn(self, slot: Slot) -> None:
+        parent_end, child_end = _CONTEXT.Pipe(duplex=True)
+        process = _CONTEXT.Process(
+            target=child.main,
+            args=(self._config, child_end),
+            name=f"dbworker-{self._config.worker}-{slot.index}",
+            daemon=False,  # handlers may start processes of their own
+        )
+        process.start()
+        child_end.close()
+        with self._lock:
+            slot.process, slot.conn = process, parent_end
+            slot.state, slot.claim, slot.ended = State.STARTING, None, None
+
+    def submit(self, claim: Claim) -> None:
+        """Hand ``claim`` to an idle slot (the caller checked ``idle()``)."""
+        with self._lock:
+            slot = next(s for s in self._slots if s.state is State.IDLE)
+            slot.state, slot.claim = State.BUSY, claim
+            conn = slot.conn
+        assert conn is not None
+        try:
+            conn.send((claim.source_id, claim.token))
+        except OSError:
+            pass  # it died just now; wait() reports the death with this claim
+
+    def wait(self, timeout: float, extra: list[Any]) -> tuple[list[Event], list[Any]]:
+        """Wait up to ``timeout`` for results, deaths or any of ``extra``; return what happened."""
+        now = time.monotonic()
+        for slot in self._slots:
+            if slot.state is State.DEAD and slot.respawn_at <= now:
+                self._spawn(slot)
+        with self._lock:
+            live = [s for s in self._slots if s.state is not State.DEAD]
+        waiting_respawn = [s.respawn_at - now for s in self._slots if s.state is State.DEAD]
+        if waiting_respawn:
+            timeout = max(0.0, min(timeout, *waiting_respawn))
+        handles: list[Any] = list(extra)
+        for s in live:
+            assert s.conn is not None and s.process is not None
+            handles += [s.conn, s.process.sentinel]
+        ready = wait(handles, timeout)
+        events: list[Event] = []
+        for s in live:
+            assert s.conn is not None and s.process is not None
+            # Messages first: a process that reported and then died still reported.
+            while s.conn in ready and self._poll(s.conn):
+                try:
+                    message = s.conn.recv()
+                except (EOFError, OSError):
+                    break
+                events += self._on_message(s, message)
+            if s.process.sentinel in ready or not s.process.is_alive():
+                events.append(self._on_death(s))
+        return events, [h for h in ready if h in extra]
+
+    @staticmethod
+    def _poll(conn: Connection) -> bool:
+        try:
+            return conn.poll()
+        except (EOFError, OSError):
+            return False
+
+    def _on_message(self, slot: Slot, message: tuple[Any, ...]) -> list[Event]:
+        if message[0] == "ready":
+            with self._lock:
+                slot.state = State.IDLE
+            self._respawn[slot.index].reset()
+            return []
+        report: child.Report = message[1]
+        with self._lock:
+            claim = slot.claim
+            slot.state, slot.claim = State.IDLE, None
+        assert claim is not None and claim.token == report.token
+        return [Done(claim, report)]
+
+    def _on_death(self, slot: Slot) -> Died:
+        assert slot.process is not None and slot.conn is not None
+        slot.process.join(timeout=5)
+        with self._lock:
+            before_ready = slot.state is State.STARTING
+            died = Died(slot.claim, slot.process.exitcode, slot.ended, before_ready)
+            slot.state, slot.claim = State.DEAD, None
+            slot.respawn_at = time.monotonic() + (self._respawn[slot.index].next() if before_ready else 0.0)
+        slot.conn.close()
+        return died
+
+    def end_busy(self, reason: EndReason) -> int:
+        """Kill every busy slot's process now (any thread); the deaths arrive through ``wait``."""
+        with self._lock:
+            busy = [s for s in self._slots if s.state is State.BUSY]
+            for s in busy:
+                s.ended = reason
+        for s in busy:
+            if s.process is not None:
+                s.process.kill()
+        return len(busy)
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Tell idle processes to exit, wait up to ``timeout``, kill what remains."""
+        with self._lock:
+            slots = list(self._slots)
+            self._slots = []
+        for s in slots:
+            if s.conn is not None and s.state is not State.DEAD:
+                try:
+                    s.conn.send(None)
+                except OSError:
+                    pass
+        deadline = time.monotonic() + timeout
+        for s in slots:
+            if s.process is None:
+                continue
+            s.process.join(timeout=max(0.0, deadline - time.monotonic()))
+            if s.process.is_alive():
+                s.process.kill()
+                s.process.join(timeout=5)
+            if s.conn is not None:
+                s.conn.close()

@@ -1,0 +1,293 @@
+"""One claim loop per worker: poll, claim, hand items to the pool, record what comes back.
+
+The loop owns its pool. It never ends because of the database: every error is logged,
+reported and retried with backoff, and claiming resumes by itself when the server is back.
+It claims only while it has idle handler processes, waits ``poll_seconds`` (doubling to
+``max_poll_seconds``) after finding nothing, and claims again at once when an item ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from dbworker import child, claims, redact
+from dbworker.backoff import Backoff
+from dbworker.observe import Observer
+from dbworker.pool import Died, Done, EndReason, Pool, describe_exit
+from dbworker.workers import RegisteredWorker
+
+log = logging.getLogger("dbworker")
+
+ERROR_FIRST_WAIT = 0.1
+ERROR_MAX_WAIT = 5.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Timing settings shared by every loop of a coordinator (validated by the coordinator)."""
+
+    lease_seconds: float
+    poll_seconds: float
+    max_poll_seconds: float
+
+
+def connect(engine: Engine) -> Connection:
+    """A connection for dbworker's own short transactions.
+
+    On MySQL/MariaDB they run READ COMMITTED: REPEATABLE READ's gap locks on the work table
+    would make concurrent claimers block and deadlock each other.
+    """
+    conn = engine.connect()
+    if conn.dialect.name in ("mysql", "mariadb"):
+        conn = conn.execution_options(isolation_level="READ COMMITTED")
+    return conn
+
+
+class Waker:
+    """A self-pipe that interrupts the loop's wait from any thread."""
+
+    def __init__(self) -> None:
+        self._r, self._w = socket.socketpair()
+        self._r.setblocking(False)
+        self._w.setblocking(False)
+
+    def fileno(self) -> int:
+        return self._r.fileno()
+
+    def wake(self) -> None:
+        try:
+            self._w.send(b"x")
+        except OSError:
+            pass  # buffer full means a wake-up is already pending
+
+    def drain(self) -> None:
+        try:
+            while self._r.recv(4096):
+                pass
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self._r.close()
+        self._w.close()
+
+
+class WorkerLoop:
+    """The claim loop and handler pool of one worker, on a thread of its own."""
+
+    def __init__(
+        self,
+        worker: RegisteredWorker,
+        *,
+        engine: Engine,
+        settings: Settings,
+        child_config: child.ChildConfig,
+        observer: Observer,
+        on_item_done: Callable[[], None],
+        secrets: tuple[str, ...],
+    ) -> None:
+        self.worker = worker
+        self.engine = engine
+        self._settings = settings
+        self._observer = observer
+        self._on_item_done = on_item_done
+        self._secrets = secrets
+        self.pool = Pool(child_config, worker.concurrency)
+        self._waker = Waker()
+        self._stopping = threading.Event()
+        self._claim_now = False
+        self.thread = threading.Thread(target=self._run, name=f"dbworker-{worker.name}", daemon=True)
+
+    # --- control, from any thread ------------------------------------------------------
+    def start(self) -> None:
+        self.thread.start()
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+        self._waker.wake()
+
+    def end_running(self) -> int:
+        """End running handlers now; their claims are given back by the loop."""
+        n = self.pool.end_busy(EndReason.ABORTED)
+        self._waker.wake()
+        return n
+
+    def wake(self) -> None:
+        """Claim now instead of at the end of the current poll wait."""
+        self._claim_now = True
+        self._waker.wake()
+
+    @property
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    # --- the loop ------------------------------------------------------------------------
+    def _run(self) -> None:
+        name = self.worker.name
+        try:
+            self.pool.start()
+            self._loop()
+        except BaseException:  # noqa: BLE001 - reported; health turns red through loop_ended
+            log.exception("dbworker worker %s: loop ended by an unexpected error", name)
+        finally:
+            try:
+                self.pool.shutdown()
+            finally:
+                self._waker.close()
+                self._observer.loop_ended(name)
+
+    def _loop(self) -> None:
+        settings = self._settings
+        poll = Backoff(settings.poll_seconds, settings.max_poll_seconds)
+        errors = Backoff(ERROR_FIRST_WAIT, ERROR_MAX_WAIT, jitter=0.5)
+        next_claim = 0.0
+        last_trip = time.monotonic()
+        while True:
+            stopping = self._stopping.is_set()
+            if stopping and not self.pool.busy_claims():
+                return
+            now = time.monotonic()
+            idle = self.pool.idle()
+            can_claim = not stopping and idle > 0
+            if can_claim:
+                timeout = max(0.0, next_claim - now)
+            else:
+                # Nothing to claim for now: still wake for a heartbeat round trip.
+                timeout = max(0.0, last_trip + settings.max_poll_seconds - now)
+            events, woken = self.pool.wait(timeout, [self._waker])
+            if woken:
+                self._waker.drain()
+            if self._claim_now:
+                self._claim_now = False
+                next_claim = 0.0
+            for ev in events:
+                if self._handle(ev):
+                    next_claim = 0.0
+            if self._stopping.is_set():
+                continue
+            now = time.monotonic()
+            idle = self.pool.idle()
+            if idle > 0 and now >= next_claim:
+                try:
+                    taken = self._claim(idle)
+                except Exception as exc:  # noqa: BLE001 - the loop outlives every database error
+                    self._db_error("claim", exc)
+                    next_claim = time.monotonic() + errors.next()
+                    continue
+                errors.reset()
+                last_trip = time.monotonic()
+                if taken:
+                    poll.reset()
+                # Fewer than asked for means nothing more is claimable now: wait, doubling.
+                next_claim = 0.0 if len(taken) >= idle else last_trip + poll.next()
+            elif now - last_trip >= settings.max_poll_seconds:
+                # No claim is due (all slots busy, or draining): keep the heartbeat honest.
+                try:
+                    with connect(self.engine) as conn:
+                        conn.execute(sa.select(sa.literal(1)))
+                    self._observer.heartbeat(self.worker.name, timestamp=time.time())
+                    last_trip = time.monotonic()
+                except Exception as exc:  # noqa: BLE001
+                    self._db_error("claim", exc)
+                    last_trip = time.monotonic() - settings.max_poll_seconds + errors.next()
+
+    def _claim(self, limit: int) -> list[claims.Claim]:
+        w = self.worker
+        start = time.perf_counter()
+        with connect(self.engine) as conn:
+            taken = claims.claim(
+                conn,
+                table=w.table,
+                key=w.key,
+                eligible=w.eligible,
+                limit=limit,
+                lease_seconds=self._settings.lease_seconds,
+            )
+        seconds = time.perf_counter() - start
+        taken_over = [c for c in taken if c.taken_over]
+        for c in taken_over:
+            log.warning(
+                "dbworker worker %s: took over item %r whose lease had expired (its process died)",
+                w.name, c.source_id,
+            )
+        self._observer.claimed(w.name, count=len(taken), taken_over=len(taken_over), seconds=seconds)
+        self._observer.heartbeat(w.name, timestamp=time.time())
+        for c in taken:
+            self.pool.submit(c)
+        if taken:
+            self._observer.active(w.name, running=len(self.pool.busy_claims()))
+        return taken
+
+    def _handle(self, ev: Done | Died) -> bool:
+        """Record one pool event; True when a slot became free for claiming."""
+        name = self.worker.name
+        if isinstance(ev, Done):
+            report = ev.report
+            outcome = report.outcome
+            if outcome == child.FAILED:
+                log.warning(
+                    "dbworker worker %s: handler failed for item %r: %s",
+                    name, ev.claim.source_id, _last_line(report.error),
+                )
+            elif outcome == child.LOST:
+                log.warning(
+                    "dbworker worker %s: lost the claim of item %r before its commit; result discarded",
+                    name, ev.claim.source_id,
+                )
+            elif outcome == child.RETRY:
+                self._db_error("complete", RuntimeError(_last_line(report.error)))
+                self._give_back(ev.claim)
+                outcome = child.LOST
+            self._observer.executed(name, outcome=outcome, seconds=report.seconds)
+            self._observer.active(name, running=len(self.pool.busy_claims()))
+            if outcome in (child.FINISHED, child.UNFINISHED, child.FAILED):
+                self._on_item_done()
+            return True
+        if ev.claim is None:
+            if ev.before_ready:
+                log.error(
+                    "dbworker worker %s: a handler process %s before it was ready; starting another",
+                    name, describe_exit(ev.exitcode),
+                )
+            return False
+        if ev.ended is EndReason.ABORTED:
+            self._give_back(ev.claim)
+            self._observer.executed(name, outcome="aborted", seconds=None)
+        else:
+            error = f"handler process died: {describe_exit(ev.exitcode)}"
+            log.warning("dbworker worker %s: item %r failed: %s", name, ev.claim.source_id, error)
+            try:
+                with connect(self.engine) as conn:
+                    claims.fail(conn, self.worker.table, ev.claim, error)
+            except Exception as exc:  # noqa: BLE001 - its lease expires and another takes it over
+                self._db_error("complete", exc)
+            self._observer.executed(name, outcome="crashed", seconds=None)
+        self._observer.active(name, running=len(self.pool.busy_claims()))
+        return False
+
+    def _give_back(self, claim: claims.Claim) -> None:
+        try:
+            with connect(self.engine) as conn:
+                claims.release(conn, self.worker.table, claim)
+        except Exception as exc:  # noqa: BLE001 - its lease expires and another takes it over
+            self._db_error("complete", exc)
+
+    def _db_error(self, operation: str, exc: BaseException) -> None:
+        log.warning(
+            "dbworker worker %s: database error during %s: %s",
+            self.worker.name, operation, redact.describe(exc, self._secrets),
+        )
+        self._observer.db_error(self.worker.name, operation=operation, error=exc)
+
+
+def _last_line(text: str | None) -> str:
+    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "(no message)"

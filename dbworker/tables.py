@@ -1,0 +1,76 @@
+"""The ``<name>_work`` table of each worker, defined in the source model's MetaData.
+
+Keeping it in the application's MetaData lets the application's own migrations see it. The
+layout is 0.0.1's plus an index on ``execution_status``; ``upgrade.py`` brings older
+databases to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Mapper
+
+STATUS_LENGTH = 16
+TOKEN_LENGTH = 36
+ERROR_MAX_CHARS = 16_000  # fits MySQL's TEXT (64 KiB) even in 4-byte UTF-8
+
+
+def source_mapper(source: Any) -> Mapper[Any]:
+    """The mapper of ``source``; ``ValueError`` if it is not a mapped class with one key column."""
+    try:
+        mapper = sa.inspect(source, raiseerr=False)
+    except Exception:  # noqa: BLE001 - anything uninspectable is "not a mapped class"
+        mapper = None
+    if not isinstance(mapper, Mapper):
+        raise ValueError(f"source must be a mapped SQLAlchemy class, got {source!r}")
+    if len(mapper.primary_key) != 1:
+        keys = ", ".join(c.name for c in mapper.primary_key)
+        raise ValueError(
+            f"source {mapper.class_.__name__} must have exactly one primary-key column (has: {keys})"
+        )
+    return mapper
+
+
+def source_key(source: Any) -> sa.Column[Any]:
+    """The single primary-key column of ``source``."""
+    return source_mapper(source).primary_key[0]
+
+
+def table_name(worker: str) -> str:
+    return f"{worker}_work"
+
+
+def status_index_name(worker: str) -> str:
+    return f"ix_{table_name(worker)}_execution_status"
+
+
+def work_table(worker: str, source: Any) -> sa.Table:
+    """The work table of ``worker`` over ``source``, defined once per MetaData.
+
+    Defining it again (another coordinator, a handler process) returns the same Table;
+    a different table already using the name is a ``ValueError``.
+    """
+    key = source_key(source)
+    metadata = source_mapper(source).local_table.metadata
+    name = table_name(worker)
+    existing = metadata.tables.get(name)
+    if existing is not None:
+        if existing.info.get("dbworker_source") is not key.table:
+            raise ValueError(
+                f"table {name!r} already exists in {source.__name__}'s MetaData and is not "
+                f"worker {worker!r}'s work table over {source.__name__}; choose another worker name"
+            )
+        return existing
+    return sa.Table(
+        name,
+        metadata,
+        sa.Column("source_id", key.type, sa.ForeignKey(key), primary_key=True, autoincrement=False),
+        sa.Column("execution_status", sa.String(STATUS_LENGTH), nullable=False),
+        sa.Column("claim_token", sa.String(TOKEN_LENGTH), nullable=True),
+        sa.Column("lease_expires_at", sa.DateTime(), nullable=True, index=True),
+        sa.Column("error", sa.Text(), nullable=True),
+        sa.Index(status_index_name(worker), "execution_status"),
+        info={"dbworker_source": key.table},
+    )

@@ -1,0 +1,114 @@
+"""Creating work tables and upgrading them from older layouts, safe from many processes at once.
+
+Each step is idempotent (it looks before it changes) and runs under a server-side lock on
+PostgreSQL and MySQL/MariaDB; on SQLite, whose DDL is atomic, a step that loses a race finds
+its work done and accepts it. Steps, in order:
+
+1. create the work tables that do not exist (with every index of the current layout);
+2. 0.1.0: add the ``execution_status`` index to tables created by 0.0.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Iterator
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from dbworker import dialects
+
+log = logging.getLogger("dbworker")
+
+_LOCK_NAME = "dbworker_upgrade"
+_LOCK_KEY = 0x6462776B  # "dbwk": one advisory lock key for every dbworker schema change
+_ATTEMPTS = 20
+
+
+@contextlib.contextmanager
+def _schema_lock(conn: Connection) -> Iterator[None]:
+    """Serialise schema changes across processes where the server offers a named lock."""
+    name = conn.dialect.name
+    if name == "postgresql":
+        conn.execute(sa.select(sa.func.pg_advisory_lock(_LOCK_KEY)))
+        try:
+            yield
+        finally:
+            conn.rollback()
+            conn.execute(sa.select(sa.func.pg_advisory_unlock(_LOCK_KEY)))
+            conn.commit()
+    elif name in ("mysql", "mariadb"):
+        got = conn.execute(sa.select(sa.func.get_lock(_LOCK_NAME, 300))).scalar()
+        if got != 1:
+            raise RuntimeError("could not take the dbworker schema lock within 300 s")
+        try:
+            yield
+        finally:
+            conn.execute(sa.select(sa.func.release_lock(_LOCK_NAME)))
+            conn.commit()
+    else:
+        yield
+
+
+def _indexes(conn: Connection, table: sa.Table) -> set[tuple[str, ...]]:
+    return {
+        tuple(str(c) for c in ix["column_names"])
+        for ix in sa.inspect(conn).get_indexes(table.name, schema=table.schema)
+    }
+
+
+def _has_table(conn: Connection, table: sa.Table) -> bool:
+    return sa.inspect(conn).has_table(table.name, schema=table.schema)
+
+
+def _apply(conn: Connection, table: sa.Table) -> list[str]:
+    """Bring one table to the current layout; return what was done."""
+    done: list[str] = []
+    if not _has_table(conn, table):
+        table.create(conn)
+        done.append(f"created {table.name}")
+    else:
+        present = _indexes(conn, table)
+        for index in sorted(table.indexes, key=lambda ix: str(ix.name)):
+            columns = tuple(c.name for c in index.columns)
+            if columns not in present:
+                index.create(conn)
+                done.append(f"added index {index.name}")
+    conn.commit()
+    return done
+
+
+def ensure(engine: Engine, tables: Iterable[sa.Table]) -> list[str]:
+    """Create or upgrade ``tables``; return the changes made (empty when all was current).
+
+    Transient errors and lost races (another process created the same thing first) are
+    retried; the end state is checked, so every concurrent caller succeeds.
+    """
+    changes: list[str] = []
+    for table in tables:
+        for attempt in range(1, _ATTEMPTS + 1):
+            try:
+                with engine.connect() as conn, _schema_lock(conn):
+                    changes += _apply(conn, table)
+                break
+            except sa.exc.DBAPIError as exc:
+                # "already exists" after a lost race, or a busy/locked database: look again.
+                if attempt == _ATTEMPTS:
+                    raise
+                if not dialects.is_transient(exc):
+                    log.debug("schema step for %s raced (%s); checking again", table.name, type(exc).__name__)
+                time.sleep(min(0.05 * attempt, 1.0))
+    for change in changes:
+        log.info("dbworker schema: %s", change)
+    return changes
+
+
+def current(engine: Engine, table: sa.Table) -> bool:
+    """True when ``table`` exists with every index of the current layout."""
+    with engine.connect() as conn:
+        if not _has_table(conn, table):
+            return False
+        present = _indexes(conn, table)
+        return all(tuple(c.name for c in ix.columns) in present for ix in table.indexes)

@@ -1,0 +1,143 @@
+"""A registered worker (frozen) and the ``coordinator.workers[name]`` view over its records.
+
+The view answers questions about one worker's work table through the caller's session;
+it never commits (the caller does).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from dbworker import status, tables
+from dbworker.contract import Eligible, ExecutionStatus, Handler
+
+NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class RegisteredWorker:
+    """One ``@transactional_worker`` registration, as the coordinator keeps it."""
+
+    name: str
+    source: Any
+    handler: Handler
+    eligible: Eligible | None
+    concurrency: int
+    table: sa.Table
+    key: sa.Column[Any]
+
+
+def check_name(name: object) -> str:
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise ValueError(f"worker name {name!r} is invalid: use lower-case letters, digits and _, starting with a letter ([a-z][a-z0-9_]*)")
+    return name
+
+
+def check_concurrency(concurrency: object, *, field: str = "concurrency") -> int:
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"{field} must be an integer >= 1, got {concurrency!r}")
+    return concurrency
+
+
+class WorkerView:
+    """``coordinator.workers[name]``: the registration's facts and queries on its records."""
+
+    def __init__(self, registry: Mapping[str, RegisteredWorker], name: str) -> None:
+        self._registry = registry
+        self.name = name
+
+    @property
+    def _w(self) -> RegisteredWorker:
+        return self._registry[self.name]
+
+    @property
+    def concurrency(self) -> int:
+        return self._w.concurrency
+
+    @property
+    def source(self) -> Any:
+        return self._w.source
+
+    @property
+    def table(self) -> sa.Table:
+        return self._w.table
+
+    def state(self, session: Session, source_id: Any) -> dict[str, Any] | None:
+        """The item's record: ``execution_status``, ``error``, ``lease_expires_at`` (and more), or None."""
+        return status.read_state(session, self._w.table, source_id)
+
+    def reset_failed(self, session: Session, source_id: Any) -> bool:
+        """Set a FAILED item back to UNFINISHED with error and claim cleared; True if it was FAILED."""
+        w = self._w.table.c
+        result = session.execute(
+            sa.update(self._w.table)
+            .where(w.source_id == source_id, w.execution_status == ExecutionStatus.FAILED.value)
+            .values(
+                execution_status=ExecutionStatus.UNFINISHED.value,
+                error=None,
+                claim_token=None,
+                lease_expires_at=None,
+            )
+        )
+        return bool(getattr(result, "rowcount", 0) == 1)
+
+    def reset_all_failed(self, session: Session) -> int:
+        """Reset every FAILED item as ``reset_failed`` does; return how many."""
+        w = self._w.table.c
+        result = session.execute(
+            sa.update(self._w.table)
+            .where(w.execution_status == ExecutionStatus.FAILED.value)
+            .values(
+                execution_status=ExecutionStatus.UNFINISHED.value,
+                error=None,
+                claim_token=None,
+                lease_expires_at=None,
+            )
+        )
+        return int(getattr(result, "rowcount", 0))
+
+    def counts(self, session: Session) -> dict[ExecutionStatus, int]:
+        """How many items are in each status."""
+        return status.counts(session, self._w.table)
+
+    def failed(self, session: Session, *, limit: int = 100) -> list[tuple[Any, str | None]]:
+        """Up to ``limit`` failed items as (source_id, error)."""
+        w = self._w.table.c
+        rows = session.execute(
+            sa.select(w.source_id, w.error)
+            .where(w.execution_status == ExecutionStatus.FAILED.value)
+            .order_by(w.source_id)
+            .limit(limit)
+        ).all()
+        return [(r[0], r[1]) for r in rows]
+
+    def __repr__(self) -> str:
+        return f"<worker {self.name!r} over {self._w.source.__name__}, concurrency {self.concurrency}>"
+
+
+class WorkerViews(Mapping[str, WorkerView]):
+    """Read-only mapping of worker name to view; unknown names raise ``KeyError``."""
+
+    def __init__(self, registry: Mapping[str, RegisteredWorker]) -> None:
+        self._registry = registry
+
+    def __getitem__(self, name: str) -> WorkerView:
+        if name not in self._registry:
+            known = ", ".join(sorted(self._registry)) or "none"
+            raise KeyError(f"unknown worker {name!r} (registered: {known})")
+        return WorkerView(self._registry, name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._registry))
+
+    def __len__(self) -> int:
+        return len(self._registry)
+
+
+__all__ = ["RegisteredWorker", "WorkerView", "WorkerViews", "check_concurrency", "check_name", "tables"]

@@ -1,0 +1,123 @@
+"""A small application for the library's tests: items whose ``action`` says what the handler does.
+
+Actions: ``finish``; ``fail``; ``sleep:S`` then finish; ``exit:N`` (os._exit); ``kill``
+(SIGKILL itself); ``unfinished:K`` (Unfinished until called K times); ``commit`` (calls
+session.commit); ``bad`` (returns a wrong value); ``wait`` (finishes once a ``go`` file exists);
+``dbwait`` (finishes once the item's ``release`` flag is set, read in fresh transactions).
+Every run that commits writes one ``outputs`` row whose unique key is the item and the run
+number, so a second commit of the same run would violate the constraint.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from dbworker import Coordinator, Finished, Outcome, Unfinished
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Item(Base):
+    __tablename__ = "items"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    action: Mapped[str] = mapped_column(sa.String(64), default="finish")
+    runs: Mapped[int] = mapped_column(default=0)
+    ready: Mapped[bool] = mapped_column(default=True)
+    release: Mapped[bool] = mapped_column(default=False)
+    priority: Mapped[int] = mapped_column(default=0)
+
+
+class Output(Base):
+    __tablename__ = "outputs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    item_id: Mapped[int] = mapped_column()
+    run: Mapped[int] = mapped_column()
+    pid: Mapped[int] = mapped_column()
+    worker: Mapped[str] = mapped_column(sa.String(32), default="items")
+    __table_args__ = (sa.UniqueConstraint("worker", "item_id", "run"),)
+
+
+class Started(Base):
+    """One row per handler start (committed separately), to see what ran where."""
+
+    __tablename__ = "started"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    item_id: Mapped[int] = mapped_column()
+    pid: Mapped[int] = mapped_column()
+    at: Mapped[float] = mapped_column(sa.Float)
+
+
+def _mark_started(session: Session, item_id: int) -> None:
+    # Committed through a separate engine so tests can see a handler is running.
+    engine = session.get_bind()
+    with Session(engine) as s:
+        s.add(Started(item_id=item_id, pid=os.getpid(), at=time.time()))
+        s.commit()
+
+
+def handle(item: Item, session: Session) -> Outcome:
+    action, _, arg = item.action.partition(":")
+    if action in ("sleep", "wait", "dbwait", "kill", "exit"):
+        _mark_started(session, item.id)
+    item.runs += 1
+    if action == "fail":
+        raise RuntimeError(f"item {item.id} asked to fail")
+    if action == "sleep":
+        time.sleep(float(arg))
+    elif action == "exit":
+        os._exit(int(arg))
+    elif action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif action == "commit":
+        session.commit()
+    elif action == "bad":
+        return "done"  # type: ignore[return-value]
+    elif action == "wait":
+        while not Path(arg).exists():
+            time.sleep(0.02)
+    elif action == "dbwait":
+        item_id = item.id
+        session.rollback()
+        while True:
+            with Session(session.get_bind()) as s:
+                if s.get(Item, item_id).release:  # type: ignore[union-attr]
+                    break
+            time.sleep(0.05)
+        item = session.get(Item, item_id)  # type: ignore[assignment]
+        item.runs += 1
+    session.add(Output(item_id=item.id, run=item.runs, pid=os.getpid()))
+    if action == "unfinished" and item.runs < int(arg):
+        return Unfinished()
+    return Finished()
+
+
+def build(url: str, *, concurrency: int = 2, eligible: Any = None, **settings: Any) -> Coordinator:
+    """A coordinator on ``url`` with worker ``items`` (tables created)."""
+    engine = sa.create_engine(url, pool_pre_ping=True)
+    Base.metadata.create_all(engine, tables=[Item.__table__, Output.__table__, Started.__table__])
+    coordinator = Coordinator(sessionmaker(engine), database_url=url, **settings)
+    coordinator.transactional_worker(name="items", source=Item, eligible=eligible, concurrency=concurrency)(handle)
+    coordinator.create_worker_tables()
+    return coordinator
+
+
+def ready_items() -> sa.Select[Any]:
+    return sa.select(Item).where(Item.ready.is_(True)).order_by(Item.priority.desc(), Item.id)
+
+
+def add_items(url_or_engine: Any, actions: list[str], **fields: Any) -> list[int]:
+    engine = sa.create_engine(url_or_engine) if isinstance(url_or_engine, str) else url_or_engine
+    with Session(engine) as s:
+        items = [Item(action=a, **fields) for a in actions]
+        s.add_all(items)
+        s.commit()
+        return [i.id for i in items]
