@@ -1,0 +1,179 @@
+"""The pure builders: a parsed spec in, manifests out, each valid for a current Kubernetes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from dbworker_operator import labels, spec
+from dbworker_operator.builders import autoscaling, deployment, disruption, monitoring, owned
+from tests.k8s import samples
+
+K8S_VERSION = "1.33"
+ALL = owned.Capabilities(keda=True, pod_monitors=True)
+
+
+# Field names of the add-on kinds kubernetes-validate has no schema for (KEDA v2 ScaledObject,
+# Prometheus Operator v1 PodMonitor), transcribed from their CRDs' documentation.
+SCALED_OBJECT_SPEC = {"scaleTargetRef", "minReplicaCount", "maxReplicaCount", "pollingInterval", "cooldownPeriod",
+                      "idleReplicaCount", "fallback", "advanced", "triggers", "initialCooldownPeriod"}
+KEDA_TRIGGER = {"type", "metadata", "metricType", "name", "authenticationRef", "useCachedMetrics"}
+POD_MONITOR_SPEC = {"selector", "podMetricsEndpoints", "namespaceSelector", "jobLabel", "podTargetLabels",
+                    "sampleLimit", "targetLimit"}
+POD_METRICS_ENDPOINT = {"port", "portNumber", "path", "interval", "scrapeTimeout", "scheme", "relabelings"}
+
+
+def _validate(manifest: dict[str, Any]) -> None:
+    """kubernetes-validate for built-in kinds; for add-on kinds their metadata and selectors
+    (embedded in built-in kinds) plus the documented field names."""
+    if manifest["kind"] not in ("ScaledObject", "PodMonitor"):
+        kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
+        return
+    holder = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": manifest["metadata"]}
+    kubernetes_validate.validate(holder, K8S_VERSION, strict=True)
+    spec_ = manifest["spec"]
+    if manifest["kind"] == "ScaledObject":
+        assert manifest["apiVersion"] == "keda.sh/v1alpha1"
+        assert set(spec_) <= SCALED_OBJECT_SPEC
+        assert all(set(t) <= KEDA_TRIGGER and all(isinstance(v, str) for v in t["metadata"].values())
+                   for t in spec_["triggers"])
+        assert spec_["minReplicaCount"] <= spec_["maxReplicaCount"]
+    else:
+        assert manifest["apiVersion"] == "monitoring.coreos.com/v1"
+        assert set(spec_) <= POD_MONITOR_SPEC
+        assert all(set(e) <= POD_METRICS_ENDPOINT for e in spec_["podMetricsEndpoints"])
+        pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "x"},
+               "spec": {"selector": spec_["selector"], "maxUnavailable": 1}}
+        kubernetes_validate.validate(pdb, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("body", [samples.minimal(), samples.full()], ids=["minimal", "full"])
+def test_every_built_manifest_is_valid(body: dict[str, Any]) -> None:
+    parsed = spec.parse(body)
+    manifests = [m for m in owned.desired(parsed, ALL, creating=True).values() if m is not None]
+    assert manifests
+    for manifest in manifests:
+        _validate(owned.owned_by(manifest, body))
+
+
+def _container(dep: dict[str, Any], name: str = "worker", *, init: bool = False) -> dict[str, Any]:
+    containers = dep["spec"]["template"]["spec"]["initContainers" if init else "containers"]
+    return next(c for c in containers if c["name"] == name)
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_deployment_runs_dbworker_without_a_shell_and_migrates_first() -> None:
+    dep = deployment.build(spec.parse(samples.minimal()), replicas=1)
+    worker = _container(dep)
+    assert worker["command"] == ["dbworker", "run", "imgdedup.jobs:coordinator"]
+    assert "args" not in worker
+    migrate = _container(dep, "migrate", init=True)
+    assert migrate["command"] == ["dbworker", "migrate", "imgdedup.jobs:coordinator"]
+    assert _env(migrate)["DATABASE_URL"] == _env(worker)["DATABASE_URL"]
+    no_migrate = deployment.build(spec.parse(samples.with_spec(samples.minimal(), migrate=False)), replicas=1)
+    assert "initContainers" not in no_migrate["spec"]["template"]["spec"]
+
+
+def test_deployment_probes_ports_and_termination() -> None:
+    dep = deployment.build(spec.parse(samples.full()), replicas=3)
+    pod = dep["spec"]["template"]["spec"]
+    worker = _container(dep)
+    assert worker["ports"] == [{"name": "metrics", "containerPort": 9200, "protocol": "TCP"}]
+    assert worker["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics", "scheme": "HTTP"}
+    assert worker["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics", "scheme": "HTTP"}
+    assert worker["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert pod["terminationGracePeriodSeconds"] == 60 + deployment.GRACE_MARGIN_SECONDS
+    assert {"name": "tmp", "mountPath": "/tmp"} in worker["volumeMounts"]
+    assert {"name": "tmp", "emptyDir": {}} in pod["volumes"]
+    assert dep["spec"]["replicas"] == 3
+
+
+def test_deployment_is_hardened() -> None:
+    dep = deployment.build(spec.parse(samples.minimal()), replicas=1)
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert pod["automountServiceAccountToken"] is False
+    for container in [*pod["containers"], *pod["initContainers"]]:
+        ctx = container["securityContext"]
+        assert ctx["runAsNonRoot"] is True
+        assert ctx["readOnlyRootFilesystem"] is True
+        assert ctx["allowPrivilegeEscalation"] is False
+        assert ctx["capabilities"] == {"drop": ["ALL"]}
+        assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_deployment_environment_carries_the_spec_and_the_secret_reference() -> None:
+    env = _env(_container(deployment.build(spec.parse(samples.full()), replicas=3)))
+    assert env["APP_DATABASE_URL"] == {"secretKeyRef": {"name": "imgdedup-db", "key": "url"}}
+    assert "DATABASE_URL" not in env
+    assert env["DBWORKER_WORKER"] == "hash,compare"
+    assert env["DBWORKER_CONCURRENCY"] == "compare=2,hash=4"
+    assert env["DBWORKER_LEASE_SECONDS"] == "30"
+    assert env["DBWORKER_POLL_SECONDS"] == "0.5"
+    assert env["DBWORKER_MAX_POLL_SECONDS"] == "5"
+    assert env["DBWORKER_DRAIN_SECONDS"] == "60"
+    assert env["DBWORKER_METRICS_PORT"] == "9200"  # the user's clashing value was dropped
+    assert env["LOG_LEVEL"] == "debug"
+    minimal_env = _env(_container(deployment.build(spec.parse(samples.minimal()), replicas=1)))
+    assert "DBWORKER_WORKER" not in minimal_env and "DBWORKER_LEASE_SECONDS" not in minimal_env
+
+
+def test_selector_is_stable_across_spec_changes() -> None:
+    base = samples.full()
+    variants = [base, samples.with_spec(base, image="other:2", workers=["hash"], concurrency={"hash": 1},
+                                        podLabels={"team": "other", "tier": "x"}, replicas=0)]
+    selectors = {str(deployment.build(spec.parse(v), replicas=1)["spec"]["selector"]) for v in variants}
+    assert selectors == {str({"matchLabels": labels.selector("imgdedup")})}
+    dep = deployment.build(spec.parse(base), replicas=1)
+    template_labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert template_labels["team"] == "media"
+    assert labels.selector("imgdedup").items() <= template_labels.items()
+
+
+def test_scaled_object_targets_the_deployment_on_backlog() -> None:
+    scaled = autoscaling.build(spec.parse(samples.full()))
+    assert scaled is not None
+    assert scaled["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "imgdedup"}
+    assert (scaled["spec"]["minReplicaCount"], scaled["spec"]["maxReplicaCount"]) == (2, 10)
+    trigger = scaled["spec"]["triggers"][0]
+    assert trigger["type"] == "prometheus" and trigger["metadata"]["threshold"] == "50"
+    assert 'namespace="apps"' in trigger["metadata"]["query"] and "dbworker_backlog" in trigger["metadata"]["query"]
+    assert autoscaling.build(spec.parse(samples.minimal())) is None
+
+
+def test_pod_monitor_and_budget() -> None:
+    parsed = spec.parse(samples.full())
+    monitor = monitoring.build(parsed)
+    assert monitor is not None
+    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    assert monitor["spec"]["selector"] == {"matchLabels": labels.selector("imgdedup")}
+    pdb = disruption.build(parsed)
+    assert pdb is not None and pdb["spec"]["maxUnavailable"] == 1 and "minAvailable" not in pdb["spec"]
+    minimal = spec.parse(samples.minimal())
+    assert monitoring.build(minimal) is None and disruption.build(minimal) is None
+
+
+def test_desired_follows_capabilities_and_leaves_replicas_to_keda() -> None:
+    parsed = spec.parse(samples.full())
+    none = owned.desired(parsed, owned.Capabilities())
+    assert set(none) == {owned.DEPLOYMENT, owned.PDB}
+    assert none[owned.DEPLOYMENT] is not None and none[owned.DEPLOYMENT]["spec"]["replicas"] == 3
+    with_keda = owned.desired(parsed, ALL)
+    assert with_keda[owned.DEPLOYMENT] is not None and "replicas" not in with_keda[owned.DEPLOYMENT]["spec"]
+    created = owned.desired(parsed, ALL, creating=True)[owned.DEPLOYMENT]
+    assert created is not None and created["spec"]["replicas"] == 2  # the autoscaling minimum
+    plain = owned.desired(spec.parse(samples.minimal()), ALL)
+    assert plain[owned.SCALED_OBJECT] is None and plain[owned.POD_MONITOR] is None and plain[owned.PDB] is None
+
+
+def test_owner_reference_points_at_the_worker() -> None:
+    body = samples.minimal()
+    manifest = owned.owned_by(deployment.build(spec.parse(body), replicas=1), body)
+    assert manifest["metadata"]["ownerReferences"] == [{
+        "apiVersion": "dbworker.dev/v1alpha1", "kind": "Worker", "name": "imgdedup", "uid": "0000-uid",
+        "controller": True, "blockOwnerDeletion": True}]

@@ -1,0 +1,175 @@
+"""The Worker CRD: structural, rejects bad Workers (JSON Schema + CEL rules), committed YAML current."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from dbworker_operator import crd
+from tests.k8s import samples
+
+celpy = pytest.importorskip("celpy", reason="cel-python evaluates the CRD's CEL rules")
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = crd.worker_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def _walk(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    yield path, schema
+    for name, sub in (schema.get("properties") or {}).items():
+        yield from _walk(sub, f"{path}.{name}")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from _walk(schema["additionalProperties"], f"{path}.*")
+    if isinstance(schema.get("items"), dict):
+        yield from _walk(schema["items"], f"{path}[]")
+
+
+def test_schema_is_structural() -> None:
+    """Every node has a type (or is int-or-string / preserves unknown fields); no mixed maps."""
+    for path, node in _walk(SCHEMA):
+        assert "type" in node or node.get("x-kubernetes-int-or-string"), f"{path} has no type"
+        assert not ("properties" in node and "additionalProperties" in node), f"{path} mixes both"
+        if node.get("x-kubernetes-int-or-string"):
+            assert node["anyOf"] == [{"type": "integer"}, {"type": "string"}], path
+        for rule in node.get("x-kubernetes-validations") or []:
+            assert rule["rule"] and rule["message"], path
+
+
+def test_crd_manifest_is_valid_and_has_subresources_and_columns() -> None:
+    manifest = crd.worker_crd()
+    kubernetes_validate.validate(manifest, "1.33", strict=True)
+    version = manifest["spec"]["versions"][0]
+    assert version["subresources"]["status"] == {}
+    assert version["subresources"]["scale"] == {"specReplicasPath": ".spec.replicas",
+                                                "statusReplicasPath": ".status.replicas",
+                                                "labelSelectorPath": ".status.selector"}
+    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+    assert columns[:3] == ["Ready", "Desired", "Backlog"] and columns[-1] == "Age"
+    assert manifest["spec"]["names"]["shortNames"] == ["dbw"]
+
+
+def _to_cel_json(schema: dict[str, Any], value: Any) -> Any:
+    """Values as the API server hands them to CEL: `number` fields are doubles even if written 10."""
+    if schema.get("type") == "number" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties") if isinstance(schema.get("additionalProperties"), dict) else {}
+        return {k: _to_cel_json(props.get(k, extra or {}), v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_to_cel_json(schema.get("items") or {}, v) for v in value]
+    return value
+
+
+def cel_violations(schema: dict[str, Any], value: Any) -> list[str]:
+    """Evaluate every x-kubernetes-validations rule that applies to ``value``, as the API server would."""
+    found: list[str] = []
+    env = celpy.Environment()
+    for rule in schema.get("x-kubernetes-validations") or []:
+        program = env.program(env.compile(rule["rule"]))
+        if not program.evaluate({"self": celpy.json_to_cel(_to_cel_json(schema, value))}):
+            found.append(rule["message"])
+    if isinstance(value, dict):
+        for key, item in value.items():
+            sub = (schema.get("properties") or {}).get(key)
+            if sub is None and isinstance(schema.get("additionalProperties"), dict):
+                sub = schema["additionalProperties"]
+            if sub is not None:
+                found.extend(cel_violations(sub, item))
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for item in value:
+            found.extend(cel_violations(schema["items"], item))
+    return found
+
+
+def check(body: dict[str, Any]) -> list[str]:
+    """What the API server would say about ``body``: schema errors, then CEL rule messages."""
+    validator = jsonschema.Draft4Validator(SCHEMA)  # OpenAPI v3.0 keeps draft-4 exclusiveMinimum
+    errors = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(body)]
+    return errors or cel_violations(SCHEMA, body)
+
+
+def test_good_workers_pass() -> None:
+    assert check(samples.minimal()) == []
+    assert check(samples.full()) == []
+    percent = samples.with_spec(samples.minimal(), disruptionBudget={"minAvailable": "50%"})
+    assert check(percent) == []
+
+
+def _bad(**changes: Any) -> dict[str, Any]:
+    return samples.with_spec(samples.full(), **changes)
+
+
+def _without_secret_ref() -> dict[str, Any]:
+    body = samples.minimal()
+    body["spec"]["database"] = {"envName": "DATABASE_URL"}
+    return body
+
+
+BAD: list[tuple[str, dict[str, Any], str]] = [
+    ("no database", samples.with_spec(samples.minimal(), database=None), "'database' is a required property"),
+    ("no secret ref", _without_secret_ref(), "'urlSecretRef' is a required property"),
+    ("app not MODULE:ATTR", _bad(app="imgdedup.jobs"), "does not match"),
+    ("app with spaces", _bad(app="a b:c"), "does not match"),
+    ("negative replicas", _bad(replicas=-1), "less than the minimum of 0"),
+    ("zero concurrency", _bad(concurrency={"hash": 0}), "less than the minimum of 1"),
+    ("bad worker name", _bad(workers=["Hash"]), "does not match"),
+    ("negative drain", _bad(drainSeconds=-5), "less than the minimum of 0"),
+    ("zero poll", _bad(pollSeconds=0), "less than or equal to the minimum of 0"),
+    ("bad pull policy", _bad(imagePullPolicy="Sometimes"), "is not one of"),
+    ("port too big", _bad(metrics={"port": 70000}), "greater than the maximum"),
+    ("string replicas", _bad(replicas="3"), "is not of type 'integer'"),
+    ("min > max replicas", _bad(autoscaling={"minReplicas": 5, "maxReplicas": 2}),
+     "autoscaling.minReplicas must be <= autoscaling.maxReplicas"),
+    ("autoscaling to zero", _bad(autoscaling={"minReplicas": 0, "maxReplicas": 2}), "less than the minimum of 1"),
+    ("max poll < poll", _bad(pollSeconds=5, maxPollSeconds=1), "maxPollSeconds must be >= pollSeconds"),
+    ("poll above default max", _bad(maxPollSeconds=None, pollSeconds=20), "maxPollSeconds must be >= pollSeconds"),
+    ("concurrency outside workers", _bad(concurrency={"resize": 2}), "every concurrency key must be listed"),
+    ("both budgets", _bad(disruptionBudget={"minAvailable": 1, "maxUnavailable": 1}), "exactly one of"),
+    ("no budget value", _bad(disruptionBudget={}), "exactly one of"),
+    ("budget word", _bad(disruptionBudget={"minAvailable": "half"}), "non-negative count or a percentage"),
+    ("reserved pod label", _bad(podLabels={"app.kubernetes.io/instance": "x"}), "podLabels may not set"),
+]
+
+
+@pytest.mark.parametrize(("case", "body", "expected"), BAD, ids=[b[0] for b in BAD])
+def test_bad_workers_are_rejected_with_a_useful_message(case: str, body: dict[str, Any], expected: str) -> None:
+    problems = check(body)
+    assert any(expected in p for p in problems), f"{case}: {problems}"
+
+
+def test_cel_rules_accept_their_edges() -> None:
+    edges = [
+        _bad(autoscaling={"minReplicas": 3, "maxReplicas": 3}),
+        _bad(pollSeconds=2, maxPollSeconds=2),
+        _bad(workers=None, concurrency={"anything": 2}),  # no workers list: every worker runs
+        _bad(disruptionBudget={"maxUnavailable": 0}),
+    ]
+    for body in edges:
+        assert check(body) == [], body["spec"]
+
+
+def test_committed_generated_files_are_current() -> None:
+    stale = [str(path.relative_to(ROOT)) for path, text in crd.generated_files(ROOT).items()
+             if not path.exists() or path.read_text() != text]
+    assert not stale, f"regenerate with `make crd` (python -m dbworker_operator.crd --write): {stale}"
+
+
+def test_write_cli_writes_every_generated_file(tmp_path: Path) -> None:
+    assert crd.main(["--write", "--root", str(tmp_path)]) == 0
+    for path, text in crd.generated_files(tmp_path).items():
+        assert path.read_text() == text
+    crds = list(yaml.safe_load_all((tmp_path / "operator/manifests/peering-crds.yaml").read_text()))
+    assert {c["spec"]["names"]["kind"] for c in crds} == {"KopfPeering", "ClusterKopfPeering"}
+    rules = yaml.safe_load((tmp_path / "charts/dbworker-operator/files/rbac-rules.yaml").read_text())
+    assert all(set(rule) == {"apiGroups", "resources", "verbs"} for rule in rules)
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "x"},
+            "rules": copy.deepcopy(rules)}
+    kubernetes_validate.validate(role, "1.33", strict=True)
