@@ -37,7 +37,7 @@ WORKER_SPEC: dict[str, Any] = {
 
 # Every optional part of the chart switched on, namespaced RBAC over two namespaces.
 ALL_ON: dict[str, Any] = {
-    "replicaCount": 2,
+    "replicaCount": 1,
     "imagePullSecrets": [{"name": "regcred"}],
     "watch": {"scope": "namespaced", "namespaces": ["shop", NAMESPACE]},
     "peering": {"priority": 100},

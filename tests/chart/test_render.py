@@ -121,7 +121,7 @@ def test_every_option_on_renders_each_optional_object(chart: helm.Chart) -> None
     assert env["DBWORKER_OPERATOR_PRIORITY"] == "100"
     assert env["DBWORKER_OPERATOR_LOG_LEVEL"] == "DEBUG"
     assert env["TZ"] == "UTC"
-    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["replicas"] == 1
     [monitor] = by_kind(objs, "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     [rule] = by_kind(objs, "PrometheusRule")
@@ -211,6 +211,14 @@ def test_rbac_and_service_account_and_peering_can_be_left_to_the_admin(chart: he
 def test_existing_service_account_must_be_named(chart: helm.Chart) -> None:
     with pytest.raises(helm.HelmError, match=r"serviceAccount\.name"):
         render(chart, {"serviceAccount": {"create": False}})
+
+
+def test_several_replicas_need_random_peering_priorities(chart: helm.Chart) -> None:
+    with pytest.raises(helm.HelmError, match=r"peering\.priority: with replicaCount > 1 leave it null"):
+        render(chart, {"replicaCount": 2, "peering": {"priority": 10}})
+    [deployment] = by_kind(objects(chart, {"replicaCount": 2}), "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert "DBWORKER_OPERATOR_PRIORITY" not in env_of(deployment)
 
 
 def test_worker_in_an_unwatched_namespace_is_refused(chart: helm.Chart) -> None:
@@ -395,3 +403,28 @@ def test_crd_schema_catches_a_bad_worker(chart: helm.Chart) -> None:
     worker["spec"]["replicas"] = -1
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft4Validator(schema).validate(worker)
+
+
+def test_rendered_workers_pass_the_crd_cel_rules(chart: helm.Chart) -> None:
+    """The API server also runs the CRD's CEL rules; so does the operator's own CRD test helper."""
+    pytest.importorskip("celpy", reason="cel-python evaluates the CRD's CEL rules")
+    from tests.k8s.test_crd import cel_violations
+
+    schema = crd_schemas()[("dbworker.dev/v1alpha1", "Worker")]
+    workers = by_kind(objects(chart, all_on()), "Worker")
+    assert workers
+    for worker in workers:
+        assert cel_violations(schema, worker) == [], worker["metadata"]["name"]
+    # With teeth: a concurrency key outside `workers` is refused.
+    bad = all_on()
+    bad["workers"][0]["spec"]["concurrency"] = {"elsewhere": 2}
+    [worker, _] = by_kind(objects(chart, bad), "Worker")
+    assert cel_violations(schema, worker)
+
+
+def test_packaged_chart_renders_the_same(chart: helm.Chart, tmp_path: Any) -> None:
+    """`helm package` keeps what the templates read (dashboards/, rules/, files/, crds/)."""
+    archive = helm.package(CHART, destination=tmp_path)
+    with helm.Chart.load(archive) as packaged:
+        assert render(packaged, all_on()) == render(chart, all_on())
+        assert len(packaged.crds) == len(chart.crds)
