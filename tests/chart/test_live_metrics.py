@@ -232,3 +232,5 @@ def test_prometheus_evaluates_the_alert_rules_on_live_series(prometheus: str) ->
     assert {r["name"] for r in rules} == names
     for rule in rules:
         assert rule["health"] == "ok", (rule["name"], rule.get("lastError"))
+    # A healthy, idle worker: nothing pending, nothing firing.
+    assert api(prometheus, "/api/v1/alerts")["alerts"] == []
