@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from dbworker import cli
+from dbworker import cli, redact
 
 
 def parse(*argv: str, **env: str) -> cli.Options:
@@ -296,7 +296,7 @@ def test_load_app_reports_import_time_failures_without_password(
     message = str(info.value)
     assert "importing 'brokenapp_dbw' failed: RuntimeError" in message
     # The message is redacted where it is printed.
-    assert "s3cret" not in cli.redact.redact(message)
+    assert "s3cret" not in redact.redact(message)
 
 
 # --- main: one line, exit code, termination log ---------------------------------------------

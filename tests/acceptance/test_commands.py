@@ -1,0 +1,164 @@
+"""`dbworker migrate`, `inspect`, `retry` and bad input, each as a real process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tests.acceptance.conftest import AppDb
+from tests.acceptance.support import APP, ROOT, _env, dbworker_command, run_command
+
+
+def test_migrate_from_several_processes_at_once(appdb_all: AppDb) -> None:
+    procs = [
+        subprocess.Popen(
+            dbworker_command("migrate", APP),
+            cwd=ROOT,
+            env=_env(appdb_all.url, None),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for _ in range(4)
+    ]
+    results = [(p.wait(120), *p.communicate()) for p in procs]
+    for code, out, err in results:
+        assert code == 0, err
+        assert "work tables up to date: main_work, other_work" in out
+    names = set(sa.inspect(appdb_all.db.engine).get_table_names())
+    assert {"main_work", "other_work"} <= names
+    again = run_command(["migrate", APP], database_url=appdb_all.url)
+    assert again.returncode == 0, again.stderr
+
+
+def _seed_statuses(appdb: AppDb) -> None:
+    """Items 1-3 with recorded outcomes (storage layout from SPEC), 4-5 never claimed."""
+    appdb.add(*({"id": i} for i in range(1, 6)), {"id": 6, "kind": "other"})
+    appdb.create_worker_tables()
+    table = appdb.coordinator.workers["main"].table
+    with appdb.db.engine.begin() as conn:
+        conn.execute(
+            sa.insert(table),
+            [
+                {
+                    "source_id": 1,
+                    "execution_status": "failed",
+                    "error": "Traceback...\nRuntimeError: boom one",
+                },
+                {"source_id": 2, "execution_status": "finished", "error": None},
+                {"source_id": 3, "execution_status": "failed", "error": "RuntimeError: boom three"},
+            ],
+        )
+
+
+def test_inspect_json_and_text(appdb: AppDb) -> None:
+    _seed_statuses(appdb)
+    r = run_command(["inspect", APP, "--json", "--failed"], database_url=appdb.url)
+    assert r.returncode == 0, r.stderr
+    report = {w["worker"]: w for w in json.loads(r.stdout)["workers"]}
+    assert report["main"]["counts"] == {"working": 0, "unfinished": 0, "finished": 1, "failed": 2}
+    assert report["main"]["claimable"] == 2 and report["main"]["claimable_capped"] is False
+    assert sorted(int(f["id"]) for f in report["main"]["failed"]) == [1, 3]
+    assert any("boom one" in f["error"] for f in report["main"]["failed"])
+    assert report["other"]["claimable"] == 1 and report["other"]["failed"] == []
+
+    text = run_command(["inspect", APP, "--failed", "--worker", "main"], database_url=appdb.url)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0].split() == [
+        "WORKER",
+        "WORKING",
+        "UNFINISHED",
+        "FINISHED",
+        "FAILED",
+        "CLAIMABLE",
+    ]
+    assert lines[1].split() == ["main", "0", "0", "1", "2", "2"]
+    assert "  3: RuntimeError: boom three" in lines
+
+
+def test_retry_ids_and_all_failed(appdb: AppDb) -> None:
+    _seed_statuses(appdb)
+    r = run_command(["retry", APP, "--worker", "main", "1", "2"], database_url=appdb.url)
+    assert r.returncode == 0, r.stderr
+    assert "reset 1 failed item(s) of worker 'main'" in r.stdout
+    assert "left alone (not failed): 2" in r.stderr
+    state = appdb.state("main", 1)
+    assert str(state["execution_status"]) == "unfinished" and state["error"] is None
+
+    r = run_command(["retry", APP, "--worker", "main", "--all-failed"], database_url=appdb.url)
+    assert r.returncode == 0 and "reset 1 failed item(s)" in r.stdout, r.stderr
+    assert str(appdb.state("main", 3)["execution_status"]) == "unfinished"
+
+    bad = run_command(["retry", APP, "--worker", "main", "x"], database_url=appdb.url)
+    assert bad.returncode == 2
+    assert bad.stderr == "dbworker: item ID 'x' is not an integer (the primary key of Task)\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (
+            ["run", APP, "--worker", "nope"],
+            {},
+            "dbworker: unknown worker 'nope' (--worker); known workers: main, other",
+        ),
+        (
+            ["run", APP],
+            {"DBWORKER_WORKER": "main,x"},
+            "dbworker: unknown worker 'x' (DBWORKER_WORKER); known workers: main, other",
+        ),
+        (
+            ["run", "tests.acceptance.nosuchapp:coordinator"],
+            {},
+            "dbworker: cannot import module 'tests.acceptance.nosuchapp'",
+        ),
+        (
+            ["run", "tests.acceptance.app:Task"],
+            {},
+            "dbworker: 'tests.acceptance.app:Task' is a DeclarativeAttributeIntercept, not a dbworker.Coordinator",
+        ),
+        (
+            ["run", APP, "--concurrency", "main"],
+            {},
+            "dbworker: malformed --concurrency 'main'; expected NAME=N with N >= 1",
+        ),
+        (
+            ["run", APP, "--concurrency", "nope=2"],
+            {},
+            "dbworker: unknown worker 'nope' in --concurrency; known workers: main, other",
+        ),
+        (
+            ["migrate", APP],
+            {"DATABASE_URL": ""},
+            "dbworker: getting 'tests.acceptance.app:coordinator' failed",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, args: list[str], env: dict[str, str], expected: str
+) -> None:
+    term = tmp_path / "termination-log"
+    term.write_text("")
+    env = {"DBWORKER_TERMINATION_LOG": str(term), **env}
+    url = env.pop("DATABASE_URL", f"sqlite:///{tmp_path / 'app.sqlite'}")
+    r = run_command(args, database_url=url, env=env)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(expected), r.stderr
+    assert "Traceback" not in r.stderr
+    assert term.read_text() == r.stderr
+
+
+def test_no_password_in_errors(tmp_path: Path) -> None:
+    r = run_command(
+        ["migrate", APP],
+        database_url="postgresql+psycopg://app:hunter2secret@127.0.0.1:1/nowhere",
+    )
+    assert r.returncode == 3
+    assert r.stderr.startswith("dbworker: database unreachable:") and r.stderr.count("\n") == 1
+    assert "hunter2secret" not in r.stderr + r.stdout

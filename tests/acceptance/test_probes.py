@@ -1,0 +1,83 @@
+"""/healthz and /readyz of a real worker while its database becomes unreachable and comes back.
+
+The outage is a TCP proxy of the test's own between the worker and PostgreSQL being cut:
+the real server keeps running for everyone else.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.acceptance.conftest import AppDb
+from tests.acceptance.support import TcpProxy, Worker
+from tests.helpers import wait_until
+
+
+@pytest.fixture
+def proxy() -> Iterator[TcpProxy]:
+    p = TcpProxy(("127.0.0.1", 5432))
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def pgdb(tmp_path: object) -> Iterator[AppDb]:
+    from pathlib import Path
+
+    from tests.acceptance.conftest import _appdb
+
+    yield from _appdb("postgresql", Path(str(tmp_path)))
+
+
+def test_health_turns_red_while_the_database_is_unreachable_and_green_again(
+    pgdb: AppDb, proxy: TcpProxy, start_worker: Callable[..., Worker]
+) -> None:
+    pgdb.create_worker_tables()
+    url = pgdb.url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+    assert url != pgdb.url
+    # Short lease and polls keep the liveness bound (max(2, 3*0.5) + 0.5 = 2.5 s) short.
+    w = start_worker(
+        pgdb, "--lease-seconds", "2", "--poll-seconds", "0.1", "--max-poll-seconds", "0.5",
+        "--backlog-seconds", "0.3", url=url,
+    )  # fmt: skip
+    w.wait_ready()
+    assert w.get("/healthz") == (200, "ok\n")
+
+    proxy.cut()
+    reason = wait_until(
+        lambda: (r := w.get("/healthz"))[0] == 503 and r[1],
+        timeout=60,
+        what="/healthz 503 while cut",
+    )
+    assert isinstance(reason, str) and "made no database round trip" in reason, reason
+    assert (w.value("dbworker_db_errors_total", worker="main", operation="claim") or 0) > 0
+    wait_until(
+        lambda: (w.value("dbworker_db_errors_total", worker="main", operation="backlog") or 0) > 0,
+        timeout=30, what="backlog errors counted",
+    )  # fmt: skip
+    assert w.process.poll() is None  # the process outlives the outage
+
+    proxy.restore()
+    wait_until(lambda: w.get("/healthz") == (200, "ok\n"), timeout=60, what="/healthz green again")
+    assert w.get("/readyz")[0] == 200
+    # Work flows again.
+    pgdb.add({"id": 1})
+    w.wait_value("dbworker_executions_total", 1, worker="main", outcome="finished")
+
+    w.signal(signal.SIGTERM)
+    assert w.wait_exit() == 0
+
+
+def test_unreachable_database_at_start_is_exit_3(
+    proxy: TcpProxy, pgdb: AppDb, start_worker: Callable[..., Worker]
+) -> None:
+    proxy.cut()
+    url = pgdb.url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+    w = start_worker(pgdb, url=url)
+    assert w.wait_exit() == 3
+    lines = [line for line in w.log_text().splitlines() if line.startswith("dbworker:")]
+    assert len(lines) == 1 and lines[0].startswith("dbworker: database unreachable:"), w.log_text()
+    assert "Traceback" not in w.log_text()

@@ -1,0 +1,134 @@
+"""`dbworker run` as a real process: metrics that move, and what SIGTERM/SIGINT do to handlers."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+
+import pytest
+
+from tests.acceptance.conftest import AppDb
+from tests.acceptance.support import Worker, all_gone, json_lines
+from tests.helpers import wait_until
+
+StartWorker = Callable[..., Worker]
+FAST = ("--backlog-seconds", "0.2", "--create-tables")
+
+
+def test_metrics_move_as_items_finish_fail_and_crash(
+    appdb_all: AppDb, start_worker: StartWorker
+) -> None:
+    db = appdb_all
+    db.add({"id": 1}, {"id": 2}, {"id": 3, "action": "fail"}, {"id": 4, "action": "exit"})
+    w = start_worker(
+        db, *FAST, "--worker", "main", "--concurrency", "main=3", "--log-format", "json"
+    )
+    w.wait_ready()
+    w.wait_value("dbworker_executions_total", 2, worker="main", outcome="finished")
+    w.wait_value("dbworker_executions_total", 1, worker="main", outcome="failed")
+    w.wait_value("dbworker_executions_total", 1, worker="main", outcome="crashed")
+    assert w.value("dbworker_claims_total", worker="main") == 4
+    # Nothing died before these claims: a take-over here would mean a first claim went astray.
+    assert w.value("dbworker_leases_taken_over_total", worker="main") == 0
+    assert w.value("dbworker_handler_slots", worker="main") == 3
+    assert (
+        w.value("dbworker_handler_duration_seconds_count", worker="main", outcome="finished") == 2
+    )
+    assert w.value("dbworker_handler_duration_seconds_count", worker="main", outcome="failed") == 1
+    assert w.value("dbworker_executions_total", worker="main", outcome="aborted") == 0
+    assert w.value("dbworker_db_errors_total", worker="main", operation="claim") == 0
+    assert w.value("dbworker_draining") == 0
+    dialect = "mariadb" if db.backend == "mariadb" else db.backend
+    assert w.value("dbworker_build_info", version="0.1.0", dialect=dialect) == 1
+    # Only the selected worker runs and has series.
+    assert w.value("dbworker_claims_total", worker="other") is None
+    beat = w.value("dbworker_loop_heartbeat_timestamp_seconds", worker="main")
+    assert beat is not None and beat > 0
+
+    # New work moves the counters again; the backlog sampler sees an item that cannot run yet.
+    db.add({"id": 5, "action": "unfinished"})
+    w.wait_value("dbworker_executions_total", 1, worker="main", outcome="unfinished")
+    w.wait_value("dbworker_executions_total", 3, worker="main", outcome="finished")
+    w.wait_value("dbworker_handlers_active", 0, worker="main")
+    w.wait_value("dbworker_backlog", 0, worker="main")
+    assert db.task(5).result is not None and db.task(1).result is not None
+    assert w.get("/healthz") == (200, "ok\n")
+
+    w.signal(signal.SIGTERM)
+    assert w.wait_exit() == 0
+    logs = json_lines(w.log_text())
+    assert logs and all({"time", "level", "logger", "message"} <= set(entry) for entry in logs)
+    assert any("failed on purpose" in str(entry["message"]) for entry in logs)
+
+
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c to the process group"])
+def test_stop_lets_running_handlers_finish(
+    appdb: AppDb, start_worker: StartWorker, how: str
+) -> None:
+    appdb.add({"id": 1, "action": "sleep", "seconds": 2.0})
+    w = start_worker(appdb, *FAST, "--worker", "main", "--drain-seconds", "60")
+    w.wait_ready()
+    w.wait_value("dbworker_handlers_active", 1, worker="main")
+    handlers = w.handler_pids()
+    if how == "sigterm":
+        w.signal(signal.SIGTERM)
+    else:
+        # A terminal's Ctrl-C reaches every process in the foreground group, handlers too:
+        # they must ignore it and let the coordinator decide.
+        w.signal_group(signal.SIGINT)
+    wait_until(lambda: w.get("/readyz") == (503, "draining\n"), timeout=30, what="/readyz draining")
+    assert w.value("dbworker_draining") == 1
+    assert w.get("/healthz")[0] == 200  # draining is not a reason to restart
+    assert w.wait_exit() == 0
+    task = appdb.task(1)
+    assert task.result is not None, w.log_tail()
+    assert str(appdb.state("main", 1)["execution_status"]) == "finished"
+    wait_until(lambda: all_gone(handlers), timeout=10, what="handler processes gone")
+
+
+def test_drain_deadline_ends_handlers_and_releases_their_claims(
+    appdb: AppDb, start_worker: StartWorker
+) -> None:
+    appdb.add(
+        {"id": 1, "action": "sleep", "seconds": 600.0},
+        {"id": 2, "action": "sleep", "seconds": 600.0},
+    )
+    w = start_worker(appdb, *FAST, "--worker", "main", "--drain-seconds", "1")
+    w.wait_ready()
+    w.wait_value("dbworker_handlers_active", 2, worker="main")
+    handlers = w.handler_pids()
+    w.signal(signal.SIGTERM)
+    assert w.wait_exit(timeout=60) == 0
+    wait_until(lambda: all_gone(handlers), timeout=10, what="handler processes ended")
+    for task_id in (1, 2):
+        assert appdb.task(task_id).result is None
+        _assert_released(appdb, task_id)
+
+
+def test_second_signal_ends_and_releases_everything_at_once(
+    appdb: AppDb, start_worker: StartWorker
+) -> None:
+    appdb.add({"id": 1, "action": "sleep", "seconds": 600.0})
+    w = start_worker(appdb, *FAST, "--worker", "main", "--drain-seconds", "600")
+    w.wait_ready()
+    w.wait_value("dbworker_handlers_active", 1, worker="main")
+    handlers = w.handler_pids()
+    w.signal(signal.SIGTERM)
+    w.wait_value("dbworker_draining", 1)
+    w.signal(signal.SIGINT)
+    assert w.wait_exit(timeout=60) == 0
+    wait_until(lambda: all_gone(handlers), timeout=10, what="handler processes ended")
+    _assert_released(appdb, 1)
+    assert "again" in w.log_text()
+
+
+def _assert_released(appdb: AppDb, task_id: int) -> None:
+    """The item is not finished and no live lease blocks another process from claiming it."""
+    import datetime as dt
+
+    state = appdb.state("main", task_id)
+    assert state is not None
+    assert str(state["execution_status"]) != "finished"
+    expires = state["lease_expires_at"]
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    assert expires is None or expires <= now, state
