@@ -26,6 +26,7 @@ def main() -> int:
     logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # kopf logs every handler call at INFO; keep its chatter one level below ours.
     logging.getLogger("kopf").setLevel(max(logging.getLevelName(config.log_level), logging.WARNING))
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a line per liveness probe is noise
     registry = CollectorRegistry()
     operator_metrics = metrics.build(registry)
     if config.metrics_port:

@@ -18,6 +18,7 @@ from typing import Any
 import kopf
 
 from dbworker_operator import conditions, crd, deletion_cost, drift, labels, leadership, scrape
+from dbworker_operator import kube as kubeapi
 from dbworker_operator import spec as specs
 from dbworker_operator.builders import owned
 from dbworker_operator.config import OperatorConfig
@@ -52,6 +53,12 @@ def _runtime(memo: Any) -> Runtime:
     runtime = memo["runtime"]
     assert isinstance(runtime, Runtime)  # set by __main__ before kopf starts
     return runtime
+
+
+@kopf.on.login(registry=registry)
+def login(settings: kopf.OperatorSettings, logger: Any, **_: Any) -> kopf.ConnectionInfo:
+    # An explicit registry has none of kopf's default logins; ours is also what kube.py uses.
+    return kubeapi.login(settings=settings, logger=logger)
 
 
 @kopf.on.startup(registry=registry)
@@ -227,6 +234,11 @@ def _now() -> str:
 
 async def _reconcile(runtime: Runtime, body: dict[str, Any]) -> None:
     kube = runtime.client()
+    # Read the Worker afresh inside the lock: the trigger's copy may predate the last status patch.
+    latest = await kube.get(WORKER, body["metadata"]["namespace"], body["metadata"]["name"])
+    if latest is None or latest["metadata"].get("uid") != body["metadata"].get("uid"):
+        return  # deleted (or replaced by a new Worker of the same name, which has its own trigger)
+    body = latest
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     if meta.get("deletionTimestamp"):

@@ -65,6 +65,18 @@ def object_path(api_version: str, plural: str, namespace: str | None, name: str 
     return "/".join(parts)
 
 
+def login(*, settings: kopf.OperatorSettings, logger: Any) -> kopf.ConnectionInfo:
+    """The credentials both kopf and this client use: the pod's service account, else the kubeconfig.
+
+    Raises ``kopf.LoginError`` when neither is available.
+    """
+    info = kopf.login_with_service_account(settings=settings, logger=logger) or \
+        kopf.login_with_kubeconfig(settings=settings, logger=logger)
+    if info is None:
+        raise kopf.LoginError("no service account token and no kubeconfig (KUBECONFIG): cannot reach Kubernetes")
+    return info
+
+
 def _ssl_context(info: kopf.ConnectionInfo) -> ssl.SSLContext | bool:
     if not info.server.startswith("https"):
         return False
@@ -102,14 +114,8 @@ class Kube:
 
     @classmethod
     async def connect(cls, *, settings: kopf.OperatorSettings, logger: logging.Logger | Any) -> Kube:
-        """Log in the way kopf does: the pod's service account, else the kubeconfig.
-
-        Raises ``kopf.LoginError`` when neither is available.
-        """
-        info = kopf.login_with_service_account(settings=settings, logger=logger) or \
-            kopf.login_with_kubeconfig(settings=settings, logger=logger)
-        if info is None:
-            raise kopf.LoginError("no service account token and no kubeconfig: cannot reach Kubernetes")
+        """Connect with ``login``'s credentials. Raises ``kopf.LoginError`` without any."""
+        info = login(settings=settings, logger=logger)
         headers = {"Accept": "application/json", "User-Agent": "dbworker-operator"}
         if info.token:
             headers["Authorization"] = f"{info.scheme or 'Bearer'} {info.token}"

@@ -6,9 +6,9 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-
 from dbworker_operator import labels, spec
 from dbworker_operator.builders import autoscaling, deployment, disruption, monitoring, owned
+
 from tests.k8s import samples
 
 K8S_VERSION = "1.33"
@@ -162,9 +162,10 @@ def test_desired_follows_capabilities_and_leaves_replicas_to_keda() -> None:
     parsed = spec.parse(samples.full())
     none = owned.desired(parsed, owned.Capabilities())
     assert set(none) == {owned.DEPLOYMENT, owned.PDB}
-    assert none[owned.DEPLOYMENT] is not None and none[owned.DEPLOYMENT]["spec"]["replicas"] == 3
-    with_keda = owned.desired(parsed, ALL)
-    assert with_keda[owned.DEPLOYMENT] is not None and "replicas" not in with_keda[owned.DEPLOYMENT]["spec"]
+    plain_dep = none[owned.DEPLOYMENT]
+    assert plain_dep is not None and plain_dep["spec"]["replicas"] == 3
+    keda_dep = owned.desired(parsed, ALL)[owned.DEPLOYMENT]
+    assert keda_dep is not None and "replicas" not in keda_dep["spec"]
     created = owned.desired(parsed, ALL, creating=True)[owned.DEPLOYMENT]
     assert created is not None and created["spec"]["replicas"] == 2  # the autoscaling minimum
     plain = owned.desired(spec.parse(samples.minimal()), ALL)

@@ -11,8 +11,8 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-
 from dbworker_operator import crd
+
 from tests.k8s import samples
 
 celpy = pytest.importorskip("celpy", reason="cel-python evaluates the CRD's CEL rules")

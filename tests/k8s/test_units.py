@@ -1,0 +1,261 @@
+"""The operator's pure parts: spec parsing, conditions, scraping, deletion cost, drift, peering, config."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from dbworker_operator import (
+    conditions,
+    config,
+    deletion_cost,
+    drift,
+    labels,
+    leadership,
+    metrics,
+    scrape,
+    spec,
+)
+from prometheus_client import CollectorRegistry
+
+from tests.k8s import samples
+
+# ---- spec --------------------------------------------------------------------------------
+
+
+def test_minimal_spec_gets_every_default() -> None:
+    parsed = spec.parse(samples.minimal())
+    assert (parsed.name, parsed.namespace, parsed.replicas, parsed.drain_seconds) == ("imgdedup", "apps", 1, 25)
+    assert parsed.env_name == "DATABASE_URL" and parsed.migrate is True
+    assert parsed.metrics_port == 9100 and parsed.pod_monitor is False
+    assert parsed.workers == () and parsed.autoscaling is None and parsed.disruption_budget is None
+
+
+def test_full_spec_is_read() -> None:
+    parsed = spec.parse(samples.full())
+    assert parsed.workers == ("hash", "compare")
+    assert parsed.concurrency == (("compare", 2), ("hash", 4))
+    assert parsed.autoscaling == spec.Autoscaling(2, 10, 50, "http://prometheus-operated.monitoring.svc:9090")
+    assert parsed.poll_seconds == 0.5 and parsed.lease_seconds == 30.0
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"app": "nocolon"}, "spec.app"),
+    ({"image": ""}, "spec.image"),
+    ({"replicas": -1}, "spec.replicas"),
+    ({"replicas": True}, "spec.replicas"),
+    ({"workers": ["ok", "Bad"]}, "spec.workers[1]"),
+    ({"concurrency": {"hash": 0}}, "spec.concurrency.hash"),
+    ({"concurrency": {"Hash": 1}, "workers": None}, "spec.concurrency.Hash"),
+    ({"concurrency": {"resize": 1}}, "spec.concurrency.resize"),
+    ({"pollSeconds": 3, "maxPollSeconds": 1}, "spec.maxPollSeconds"),
+    ({"leaseSeconds": 0}, "spec.leaseSeconds"),
+    ({"disruptionBudget": {}}, "spec.disruptionBudget"),
+    ({"autoscaling": {"minReplicas": 4, "maxReplicas": 2}}, "spec.autoscaling.minReplicas"),
+    ({"autoscaling": {"minReplicas": 1}}, "spec.autoscaling.maxReplicas"),
+    ({"podLabels": {"app.kubernetes.io/name": "x"}}, "spec.podLabels.app.kubernetes.io/name"),
+    ({"nodeSelector": {"a": 1}}, "spec.nodeSelector.a"),
+    ({"database": {"urlSecretRef": {"name": "db"}}}, "spec.database.urlSecretRef.key"),
+])
+def test_spec_errors_name_the_field(changes: dict[str, Any], field: str) -> None:
+    with pytest.raises(spec.SpecError) as caught:
+        spec.parse(samples.with_spec(samples.full(), **changes))
+    assert field in str(caught.value)
+
+
+def test_missing_spec_is_an_error() -> None:
+    with pytest.raises(spec.SpecError, match="spec is required"):
+        spec.parse({"metadata": {"name": "x"}})
+
+
+# ---- conditions --------------------------------------------------------------------------
+
+
+def _pod(name: str, *, waiting: str = "", code: int | None = None, message: str = "",
+         ready: bool = False, init: bool = False) -> dict[str, Any]:
+    status: dict[str, Any] = {"name": "migrate" if init else "worker", "ready": ready,
+                              "state": {"waiting": {"reason": waiting, "message": "detail"}} if waiting
+                              else {"running": {}}}
+    if code is not None:
+        status["lastState"] = {"terminated": {"exitCode": code, "message": message}}
+    key = "initContainerStatuses" if init else "containerStatuses"
+    return {"metadata": {"name": name}, "status": {"phase": "Running", key: [status]}}
+
+
+def test_pod_problems_name_the_fix() -> None:
+    found = conditions.pod_problems([
+        _pod("a", waiting="ImagePullBackOff"),
+        _pod("b", waiting="CrashLoopBackOff", code=2,
+             message="dbworker: unknown worker 'resize' (--worker); known workers: hash, compare"),
+        _pod("c", waiting="CrashLoopBackOff", code=3,
+             message="dbworker: database unreachable: postgresql://app:hunter2@db/app"),
+        _pod("d", waiting="CreateContainerConfigError"),
+        _pod("e", waiting="CrashLoopBackOff", code=1, message="boom"),
+        _pod("f", code=2, message="dbworker: cannot import 'x'", init=True, waiting="CrashLoopBackOff"),
+    ], image="img:1")
+    reasons = [p.reason for p in found]
+    assert reasons == ["ImagePullFailed", "UnknownWorker", "DatabaseUnreachable", "ContainerConfigError",
+                       "CrashLoopBackOff", "BadConfiguration"]
+    assert "spec.image" in found[0].message
+    assert "spec.workers" in found[1].message and "known workers: hash, compare" in found[1].message
+    assert "hunter2" not in found[2].message and "app:***@db" in found[2].message
+    assert "spec.app" in found[5].message
+
+
+def test_recovered_containers_are_not_problems() -> None:
+    assert conditions.pod_problems([_pod("a", code=3, message="gone", ready=True)], image="x") == []
+
+
+def _observed(**kw: Any) -> conditions.Observed:
+    base: dict[str, Any] = {"generation": 2, "desired_replicas": 2, "selector": labels.selector_string("w"),
+                            "now": "2026-01-01T00:00:10Z"}
+    base.update(kw)
+    return conditions.Observed(**base)
+
+
+def _deployment(ready: int, *, replicas: int = 2, updated: int | None = None) -> dict[str, Any]:
+    return {"metadata": {"generation": 3}, "spec": {"replicas": replicas},
+            "status": {"observedGeneration": 3, "replicas": replicas, "readyReplicas": ready,
+                       "updatedReplicas": replicas if updated is None else updated, "availableReplicas": ready}}
+
+
+def _conds(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def test_status_ready_progressing_degraded() -> None:
+    ready = conditions.status(_observed(deployment=_deployment(2), backlog=7))
+    assert _conds(ready) == {"Ready": ("True", "AllPodsReady"), "Progressing": ("False", "RolledOut"),
+                             "Degraded": ("False", "AsExpected")}
+    assert (ready["readyReplicas"], ready["backlog"], ready["observedGeneration"]) == (2, 7, 2)
+    assert ready["selector"] == "app.kubernetes.io/instance=w,app.kubernetes.io/name=dbworker"
+    rolling = conditions.status(_observed(deployment=_deployment(1, updated=1)))
+    assert _conds(rolling)["Progressing"] == ("True", "RollingOut") and _conds(rolling)["Ready"][0] == "False"
+    creating = conditions.status(_observed())
+    assert _conds(creating)["Progressing"] == ("True", "Creating")
+    bad = conditions.status(_observed(deployment=_deployment(2),
+                                      problems=[conditions.Problem("SecretNotFound", "create it")]))
+    assert _conds(bad)["Degraded"] == ("True", "SecretNotFound") and _conds(bad)["Ready"] == ("False", "SecretNotFound")
+    zero = conditions.status(_observed(desired_replicas=0, deployment=_deployment(0, replicas=0)))
+    assert _conds(zero)["Ready"] == ("True", "ScaledToZero")
+    scaling = conditions.status(_observed(autoscaling_requested=True,
+                                          autoscaling=conditions.Problem("KEDANotInstalled", "install KEDA")))
+    assert _conds(scaling)["AutoscalingActive"] == ("False", "KEDANotInstalled")
+
+
+def test_transition_time_kept_while_status_holds() -> None:
+    first = conditions.status(_observed(deployment=_deployment(2), now="2026-01-01T00:00:00Z"))
+    again = conditions.status(_observed(deployment=_deployment(2), previous=first["conditions"],
+                                        now="2026-01-01T00:05:00Z"))
+    assert all(c["lastTransitionTime"] == "2026-01-01T00:00:00Z" for c in again["conditions"])
+    assert not conditions.changed(first, again)
+    flipped = conditions.status(_observed(deployment=_deployment(1), previous=first["conditions"],
+                                          now="2026-01-01T00:06:00Z"))
+    ready = next(c for c in flipped["conditions"] if c["type"] == "Ready")
+    assert ready["lastTransitionTime"] == "2026-01-01T00:06:00Z"
+
+
+def test_redact_hides_passwords_and_bounds_length() -> None:
+    assert conditions.redact("x mysql+pymysql://root:s3cret@db:3306/app y") == "x mysql+pymysql://root:***@db:3306/app y"
+    assert len(conditions.redact("a" * 2000)) == 500
+
+
+# ---- scraping and deletion cost ------------------------------------------------------------
+
+METRICS_TEXT = """\
+# HELP dbworker_backlog Items claimable now.
+# TYPE dbworker_backlog gauge
+dbworker_backlog{worker="hash"} 12.0
+dbworker_backlog{worker="compare"} 3.0
+# HELP dbworker_handlers_active Handlers running now.
+# TYPE dbworker_handlers_active gauge
+dbworker_handlers_active{worker="hash"} 2.0
+dbworker_handlers_active{worker="compare"} 1.0
+# HELP dbworker_claims_total Claims.
+# TYPE dbworker_claims_total counter
+dbworker_claims_total{worker="hash"} 40.0
+"""
+
+
+def test_parse_reads_backlog_and_active_handlers() -> None:
+    report = scrape.parse(METRICS_TEXT)
+    assert report.backlog == {"hash": 12.0, "compare": 3.0}
+    assert report.handlers_active == 3.0
+
+
+def test_backlog_is_max_over_pods_summed_over_workers() -> None:
+    a = scrape.PodMetrics(backlog={"hash": 12.0, "compare": 3.0})
+    b = scrape.PodMetrics(backlog={"hash": 11.0, "compare": 4.0})
+    assert scrape.total_backlog([a, b]) == 16
+
+
+def test_pod_url_only_for_running_pods_with_an_ip() -> None:
+    assert scrape.pod_url({"status": {"phase": "Running", "podIP": "10.0.0.7"}}, 9100) == "http://10.0.0.7:9100/metrics"
+    assert scrape.pod_url({"status": {"phase": "Running", "podIP": "fd00::7"}}, 9100) == "http://[fd00::7]:9100/metrics"
+    assert scrape.pod_url({"status": {"phase": "Pending"}}, 9100) is None
+
+
+def test_deletion_cost_patch_only_when_it_changes() -> None:
+    pod = {"metadata": {"annotations": {labels.DELETION_COST: "3"}}}
+    assert deletion_cost.patch_for(pod, 3.0) is None
+    assert deletion_cost.patch_for(pod, 0) == {"metadata": {"annotations": {labels.DELETION_COST: "0"}}}
+    assert deletion_cost.cost(-1) == "0"
+
+
+# ---- drift ---------------------------------------------------------------------------------
+
+
+def test_contains_ignores_server_defaults_but_not_our_fields() -> None:
+    wanted = {"spec": {"containers": [{"name": "w", "image": "a"}]}}
+    defaulted = {"spec": {"containers": [{"name": "w", "image": "a", "imagePullPolicy": "Always"}],
+                          "dnsPolicy": "ClusterFirst"}}
+    assert drift.contains(defaulted, wanted)
+    assert not drift.contains({"spec": {"containers": [{"name": "w", "image": "b"}]}}, wanted)
+    assert not drift.contains({"spec": {"containers": []}}, wanted)
+
+
+def test_restore_patch_removes_fields_we_no_longer_set() -> None:
+    before = drift.annotate({"metadata": {"name": "x"}, "spec": {"nodeSelector": {"a": "b"}, "replicas": 1}})
+    actual = {**before, "status": {"replicas": 1}}
+    after = drift.annotate({"metadata": {"name": "x"}, "spec": {"replicas": 1}})
+    patch = drift.restore_patch(actual, after)
+    assert patch is not None and patch["spec"]["nodeSelector"] is None
+    assert drift.restore_patch(actual, before) is None
+
+
+# ---- peering, config, metrics -----------------------------------------------------------------
+
+
+def test_may_act_follows_kopf_peering_rule() -> None:
+    now = "2026-01-01T00:00:00+00:00"
+    import datetime
+    at = datetime.datetime.fromisoformat(now) + datetime.timedelta(seconds=10)
+    alive = {"priority": 50, "lifetime": 60, "lastseen": now}
+    dead = {"priority": 50, "lifetime": 5, "lastseen": now}
+    assert leadership.may_act(None, identity="me", priority=1, now=at)
+    assert not leadership.may_act({"status": {"other": alive}}, identity="me", priority=10, now=at)
+    assert leadership.may_act({"status": {"other": alive}}, identity="me", priority=100, now=at)
+    assert leadership.may_act({"status": {"other": dead}}, identity="me", priority=10, now=at)
+    assert leadership.may_act({"status": {"me": alive}}, identity="me", priority=10, now=at)
+
+
+def test_config_defaults_and_errors() -> None:
+    cfg = config.from_env({})
+    assert cfg.clusterwide and cfg.liveness_port == 8080 and cfg.metrics_port == 9090
+    assert cfg.peering == "dbworker-operator" and cfg.log_level == "INFO" and cfg.standalone is False
+    cfg = config.from_env({"DBWORKER_OPERATOR_NAMESPACES": "a, b,", "DBWORKER_OPERATOR_PRIORITY": "7"})
+    assert cfg.namespaces == ("a", "b") and cfg.priority == 7 and not cfg.clusterwide
+    for env, name in [({"DBWORKER_OPERATOR_LIVENESS_PORT": "http"}, "DBWORKER_OPERATOR_LIVENESS_PORT"),
+                      ({"DBWORKER_OPERATOR_METRICS_PORT": "70000"}, "DBWORKER_OPERATOR_METRICS_PORT"),
+                      ({"DBWORKER_OPERATOR_LOG_LEVEL": "loud"}, "DBWORKER_OPERATOR_LOG_LEVEL"),
+                      ({"DBWORKER_OPERATOR_RESYNC_SECONDS": "0"}, "DBWORKER_OPERATOR_RESYNC_SECONDS")]:
+        with pytest.raises(config.ConfigError, match=name):
+            config.from_env(env)
+
+
+def test_operator_metrics_start_at_zero_on_their_own_registry() -> None:
+    registry = CollectorRegistry()
+    m = metrics.build(registry)
+    assert registry.get_sample_value("dbworker_operator_reconciles_total", {"kind": "timer", "result": "error"}) == 0
+    m.reconciles.labels("create", "ok").inc()
+    assert registry.get_sample_value("dbworker_operator_reconciles_total", {"kind": "create", "result": "ok"}) == 1
