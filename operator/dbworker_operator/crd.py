@@ -333,6 +333,7 @@ def _dump(documents: list[Any]) -> str:
 
 def generated_files(root: Path) -> dict[Path, str]:
     """Every generated file under the repository ``root``, path -> text."""
+    from dbworker_operator import install  # install.py builds on rbac_rules() here
     crd = _dump([worker_crd()])
     peering = _dump(peering_crds())
     return {
@@ -341,6 +342,8 @@ def generated_files(root: Path) -> dict[Path, str]:
         root / "charts/dbworker-operator/crds/workers.dbworker.dev.yaml": crd,
         root / "charts/dbworker-operator/crds/kopf-peering.yaml": peering,
         root / "charts/dbworker-operator/files/rbac-rules.yaml": _dump([rbac_rules()]),
+        root / "operator/manifests/rbac.yaml": _dump(install.rbac()),
+        root / "operator/manifests/deployment.yaml": _dump(install.deployment()),
     }
 
 

@@ -243,5 +243,10 @@ class Kube:
         if patch is None:
             return Applied("unchanged", actual)
         path = object_path(kind.api_version, kind.plural, meta["namespace"], meta["name"])
-        updated = await self._call("PATCH", path, body=patch, content_type=MERGE_PATCH)
-        return Applied("updated", updated or {})
+        updated = await self._call("PATCH", path, body=patch, content_type=MERGE_PATCH) or {}
+        # The server may normalise what we send (quantities like 0.5 -> 500m) so ``contains``
+        # never holds; it then changes nothing and keeps the version: that is not an update.
+        before = actual["metadata"].get("resourceVersion")
+        if before and before == (updated.get("metadata") or {}).get("resourceVersion"):
+            return Applied("unchanged", updated)
+        return Applied("updated", updated)

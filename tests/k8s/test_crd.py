@@ -173,3 +173,19 @@ def test_write_cli_writes_every_generated_file(tmp_path: Path) -> None:
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "x"},
             "rules": copy.deepcopy(rules)}
     kubernetes_validate.validate(role, "1.33", strict=True)
+
+
+def test_install_manifests_are_valid_and_use_the_generated_rules() -> None:
+    from dbworker_operator import install
+
+    documents = [*install.rbac(), *install.deployment()]
+    for doc in documents:
+        if doc["kind"] != "ClusterKopfPeering":  # a kopf CRD kind: no schema to check against
+            kubernetes_validate.validate(doc, "1.33", strict=True)
+    role = next(d for d in documents if d["kind"] == "ClusterRole")
+    assert role["rules"] == crd.rbac_rules()
+    pod = next(d for d in documents if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    env = {e["name"] for e in pod["containers"][0]["env"]}
+    assert {"DBWORKER_OPERATOR_NAMESPACES", "DBWORKER_OPERATOR_PEERING", "DBWORKER_OPERATOR_LIVENESS_PORT",
+            "DBWORKER_OPERATOR_METRICS_PORT"} <= env
+    assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
