@@ -1,0 +1,123 @@
+"""The imagededup system as the tests run it: the API and `dbworker run` as two processes.
+
+Processes are started with the demo's own `Service` (one copy of how to start and stop
+them) and always stopped with SIGTERM at the end of the test, SIGKILL only past a bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from examples.imagededup import demo
+from tests.conftest import open_database
+from tests.helpers import wait_until
+
+APP = "examples.imagededup.app:coordinator"
+
+
+@dataclass
+class System:
+    api: demo.Service
+    worker: demo.Service
+    client: httpx.Client
+    metrics_url: str
+
+    def metrics(self) -> str:
+        return httpx.get(self.metrics_url, timeout=10).text
+
+    def progress(self) -> dict[str, dict[str, int]]:
+        response = self.client.get("/progress")
+        response.raise_for_status()
+        return response.json()  # type: ignore[no-any-return]
+
+    def wait_settled(self, what: str) -> dict[str, dict[str, int]]:
+        def settled() -> dict[str, dict[str, int]] | None:
+            for service in (self.api, self.worker):
+                service.check_running()
+            progress = self.progress()
+            return progress if all(c["pending"] == 0 for c in progress.values()) else None
+
+        progress = wait_until(settled, timeout=90, interval=0.1, what=what)
+        assert progress is not None
+        return progress
+
+
+def start_system(database_url: str, workdir: Path) -> System:
+    api_port, metrics_port = demo.free_port(), demo.free_port()
+    env = {**os.environ, "DATABASE_URL": database_url}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(demo.ROOT), env.get("PYTHONPATH")) if p)
+    api = demo.Service(
+        "API",
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "examples.imagededup.api:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(api_port),
+            "--log-level",
+            "warning",
+        ],
+        workdir / "api.log",
+        env,
+    )
+    worker = demo.Service(
+        "worker service",
+        [
+            sys.executable,
+            "-m",
+            "dbworker",
+            "run",
+            APP,
+            "--metrics-host",
+            "127.0.0.1",
+            "--metrics-port",
+            str(metrics_port),
+            "--poll-seconds",
+            "0.05",
+            "--max-poll-seconds",
+            "0.5",
+            "--drain-seconds",
+            "20",
+        ],
+        workdir / "worker.log",
+        env,
+    )
+    client = httpx.Client(base_url=f"http://127.0.0.1:{api_port}", timeout=30)
+    return System(api, worker, client, f"http://127.0.0.1:{metrics_port}/metrics")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def system(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[System]:
+    """API up (schema created), then the worker service up and ready; both stopped after."""
+    with contextlib.contextmanager(open_database)(request.param, tmp_path) as database:
+        running = start_system(database.url, tmp_path)
+        try:
+            running.api.start()
+            wait_until(
+                lambda: running.client.get("/healthz").status_code == 200,
+                timeout=60,
+                what="the API",
+            )
+            running.worker.start()
+            ready_url = running.metrics_url.replace("/metrics", "/readyz")
+            wait_until(
+                lambda: httpx.get(ready_url, timeout=5).status_code == 200,
+                timeout=60,
+                what="the worker service's /readyz",
+            )
+            yield running
+        finally:
+            running.client.close()
+            for service in (running.worker, running.api):
+                service.stop(timeout=40)
