@@ -66,6 +66,7 @@ def test_defaults_render_the_operator_with_cluster_rbac(chart: helm.Chart) -> No
         "DBWORKER_OPERATOR_METRICS_PORT": "9090",
         "DBWORKER_OPERATOR_PEERING": f"{RELEASE}-dbworker-operator",
         "DBWORKER_OPERATOR_LOG_LEVEL": "INFO",
+        "POD_NAME": "",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
     }
@@ -73,6 +74,23 @@ def test_defaults_render_the_operator_with_cluster_rbac(chart: helm.Chart) -> No
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"healthz": 8080, "metrics": 9090}
     assert container["image"] == f"ghcr.io/dbworker/dbworker-operator:{chart.metadata['appVersion']}"
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+
+
+@pytest.mark.parametrize("values", [None, ALL_ON], ids=["defaults", "all-on"])
+def test_operator_accepts_the_environment_the_chart_sets(chart: helm.Chart, values: dict[str, Any] | None) -> None:
+    """The operator's own config parser reads the rendered env (the contract, both sides)."""
+    config = pytest.importorskip("dbworker_operator.config")
+    [deployment] = by_kind(objects(chart, values), "Deployment")
+    env = env_of(deployment)
+    parsed = config.from_env(env)
+    assert parsed.liveness_port == 8080 and parsed.metrics_port == 9090
+    assert parsed.peering == f"{RELEASE}-dbworker-operator"
+    if values is None:
+        assert parsed.clusterwide
+    else:
+        assert parsed.namespaces == ("shop", NAMESPACE)
+        assert parsed.priority == 100
+        assert parsed.log_level == "DEBUG"
 
 
 def test_container_is_hardened(chart: helm.Chart) -> None:
@@ -300,6 +318,8 @@ def test_lint_strict_passes(values: dict[str, Any] | None) -> None:
         ({"ports": {"liveness": 0, "metrics": 9090}}, "/ports/liveness", "minimum"),
         ({"ports": {"liveness": 8080, "metrics": 70000}}, "/ports/metrics", "maximum"),
         ({"logLevel": "LOUD"}, "/logLevel", "must be one of"),
+        ({"logLevel": "CRITICAL"}, "/logLevel", "must be one of"),
+        ({"peering": {"priority": 2**31}}, "/peering/priority", "maximum"),
         ({"peering": {"priority": "high"}}, "/peering/priority", "want null or integer"),
         ({"serviceMonitor": {"enabled": "yes"}}, "/serviceMonitor/enabled", "want boolean"),
         ({"serviceMonitor": {"interval": "30 seconds"}}, "/serviceMonitor/interval", "does not match pattern"),
