@@ -73,6 +73,18 @@ def appdb_all(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[AppDb]
 
 
 @pytest.fixture
+def sqlite_db(tmp_path: Path) -> Iterator[AppDb]:
+    """SQLite only, for tests whose subject does not depend on the database."""
+    yield from _appdb("sqlite", tmp_path)
+
+
+@pytest.fixture
+def pg_db(tmp_path: Path) -> Iterator[AppDb]:
+    """PostgreSQL only, for tests that need a server to lose."""
+    yield from _appdb("postgresql", tmp_path)
+
+
+@pytest.fixture
 def start_worker(tmp_path: Path) -> Iterator[Callable[..., Worker]]:
     """Start `dbworker run` processes; every one is ended after the test."""
     started: list[Worker] = []

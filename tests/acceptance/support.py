@@ -74,13 +74,14 @@ class Worker:
         log_dir: Path,
         *args: str,
         env: Mapping[str, str] | None = None,
+        prefix: Sequence[str] = (),
     ) -> None:
         self.port = free_port()
         self.log_path = log_dir / f"dbworker-{self.port}.log"
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in close()
-        argv = dbworker_command(
+        argv = [*prefix, *dbworker_command(
             "run", APP, "--metrics-host", "127.0.0.1", "--metrics-port", str(self.port), *args
-        )
+        )]  # fmt: skip
         self.process = subprocess.Popen(
             argv,
             cwd=ROOT,

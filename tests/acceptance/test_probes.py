@@ -23,24 +23,15 @@ def proxy() -> Iterator[TcpProxy]:
     p.close()
 
 
-@pytest.fixture
-def pgdb(tmp_path: object) -> Iterator[AppDb]:
-    from pathlib import Path
-
-    from tests.acceptance.conftest import _appdb
-
-    yield from _appdb("postgresql", Path(str(tmp_path)))
-
-
 def test_health_turns_red_while_the_database_is_unreachable_and_green_again(
-    pgdb: AppDb, proxy: TcpProxy, start_worker: Callable[..., Worker]
+    pg_db: AppDb, proxy: TcpProxy, start_worker: Callable[..., Worker]
 ) -> None:
-    pgdb.create_worker_tables()
-    url = pgdb.url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
-    assert url != pgdb.url
+    pg_db.create_worker_tables()
+    url = pg_db.url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+    assert url != pg_db.url
     # Short lease and polls keep the liveness bound (max(2, 3*0.5) + 0.5 = 2.5 s) short.
     w = start_worker(
-        pgdb, "--lease-seconds", "2", "--poll-seconds", "0.1", "--max-poll-seconds", "0.5",
+        pg_db, "--lease-seconds", "2", "--poll-seconds", "0.1", "--max-poll-seconds", "0.5",
         "--backlog-seconds", "0.3", url=url,
     )  # fmt: skip
     w.wait_ready()
@@ -64,7 +55,7 @@ def test_health_turns_red_while_the_database_is_unreachable_and_green_again(
     wait_until(lambda: w.get("/healthz") == (200, "ok\n"), timeout=60, what="/healthz green again")
     assert w.get("/readyz")[0] == 200
     # Work flows again.
-    pgdb.add({"id": 1})
+    pg_db.add({"id": 1})
     w.wait_value("dbworker_executions_total", 1, worker="main", outcome="finished")
 
     w.signal(signal.SIGTERM)
@@ -72,11 +63,11 @@ def test_health_turns_red_while_the_database_is_unreachable_and_green_again(
 
 
 def test_unreachable_database_at_start_is_exit_3(
-    proxy: TcpProxy, pgdb: AppDb, start_worker: Callable[..., Worker]
+    proxy: TcpProxy, pg_db: AppDb, start_worker: Callable[..., Worker]
 ) -> None:
     proxy.cut()
-    url = pgdb.url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
-    w = start_worker(pgdb, url=url)
+    url = pg_db.url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+    w = start_worker(pg_db, url=url)
     assert w.wait_exit() == 3
     lines = [line for line in w.log_text().splitlines() if line.startswith("dbworker:")]
     assert len(lines) == 1 and lines[0].startswith("dbworker: database unreachable:"), w.log_text()

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -66,13 +66,6 @@ class Prometheus:
                 self.process.kill()
                 self.process.wait(10)
         self._log.close()
-
-
-@pytest.fixture
-def sqlite_db(tmp_path: Path) -> Iterator[AppDb]:
-    from tests.acceptance.conftest import _appdb
-
-    yield from _appdb("sqlite", tmp_path)
 
 
 @pytest.mark.skipif(

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import subprocess
 from collections.abc import Callable
 
 import pytest
 
 from tests.acceptance.conftest import AppDb
 from tests.acceptance.support import Worker, all_gone, json_lines
-from tests.helpers import wait_until
+from tests.helpers import children_of, wait_until
 
 StartWorker = Callable[..., Worker]
 FAST = ("--backlog-seconds", "0.2", "--create-tables")
@@ -132,3 +135,35 @@ def _assert_released(appdb: AppDb, task_id: int) -> None:
     expires = state["lease_expires_at"]
     now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     assert expires is None or expires <= now, state
+
+
+def _can_unshare() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = ["unshare", "--pid", "--fork", "--mount-proc", "true"]
+    return subprocess.run(probe, capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _can_unshare(), reason="needs `unshare --pid` (root or user namespaces)")
+def test_as_pid_1_it_drains_on_sigterm_and_reaps_its_children(
+    sqlite_db: AppDb, start_worker: StartWorker
+) -> None:
+    # A container runs the command as PID 1 with no shell or init in front of it.
+    appdb = sqlite_db
+    appdb.add({"id": 1, "action": "exit"}, {"id": 2, "action": "sleep", "seconds": 2.0})
+    prefix = ["unshare", "--pid", "--fork", "--mount-proc"]
+    w = start_worker(appdb, *FAST, "--worker", "main", "--drain-seconds", "60", prefix=prefix)
+    w.wait_ready()
+    w.wait_value("dbworker_executions_total", 1, worker="main", outcome="crashed")
+    w.wait_value("dbworker_handlers_active", 1, worker="main")
+    (pid1,) = wait_until(lambda: children_of(w.pid), timeout=10, what="the namespace's PID 1")
+    with open(f"/proc/{pid1}/status") as f:
+        nspid = next(line for line in f if line.startswith("NSpid:"))
+    assert nspid.split()[-1] == "1", nspid  # its pid inside the namespace
+    zombies = subprocess.run(
+        ["ps", "-o", "stat=", "--ppid", str(pid1)], capture_output=True, text=True
+    )
+    assert "Z" not in zombies.stdout
+    os.kill(pid1, signal.SIGTERM)
+    assert w.wait_exit() == 0  # unshare --fork exits with its child's status
+    assert appdb.task(2).result is not None
