@@ -8,6 +8,7 @@ service's job (`dbworker run examples.imagededup.app:coordinator`). Run it with
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
@@ -83,11 +84,15 @@ def status_text(status: ExecutionStatus | None) -> str:
     return "pending" if status is None else ExecutionStatus(status).value
 
 
-def failure(worker: str, s: Session, source_id: int) -> str | None:
+def failure(worker: str, s: Session, source_id: int) -> dict[str, str | None]:
+    """`error`: the exception line of a FAILED item's recorded error; `error_detail`: all of it."""
     state = coordinator.workers[worker].state(s, source_id)
     if state is None or state["execution_status"] != ExecutionStatus.FAILED:
-        return None
-    return str(state["error"])
+        return {"error": None, "error_detail": None}
+    detail = str(state["error"] or "")
+    lines = [line.strip() for line in detail.splitlines() if line.strip()] or ["no error recorded"]
+    # "examples.imagededup.workers.UnreadableImageError: ..." -> "UnreadableImageError: ..."
+    return {"error": re.sub(r"^[\w.]+\.(\w+): ", r"\1: ", lines[-1]), "error_detail": detail}
 
 
 def get_image(s: Session, image_id: int) -> models.Image:
@@ -113,7 +118,7 @@ def image_view(s: Session, image: models.Image) -> dict[str, Any]:
         "size_bytes": image.size_bytes,
         "hash_status": status_text(status),
         "phash": hashed.phash if hashed else None,
-        "error": failure("hash", s, image.id) if status == ExecutionStatus.FAILED else None,
+        **failure("hash", s, image.id),
     }
 
 
@@ -130,7 +135,7 @@ def query_view(
         "compared": query.compared,
         "skipped": query.skipped,
         "max_distance": query.max_distance,
-        "error": failure("compare", s, query.id) if status == ExecutionStatus.FAILED else None,
+        **failure("compare", s, query.id),
     }
     if with_matches:
         rows = s.execute(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -114,8 +113,10 @@ class ProgressBar:
             parts.append(f"{label} {self.bar(done, counts['total'])}{failed}")
         text = "  ".join(parts)
         if self.tty:
-            self.out.write("\r" + text + ("\n" if final else ""))
-            self.out.flush()
+            if text != self.last_text or final:
+                # \x1b[K clears what a longer previous line left behind.
+                self.out.write("\r" + text + "\x1b[K" + ("\n" if final else ""))
+                self.out.flush()
         elif final or (text != self.last_text and time.monotonic() - self.last_print >= 2):
             self.out.write(text + "\n")
             self.out.flush()
@@ -298,9 +299,9 @@ def demo_steps(
     failed_queries = client.get("/queries", params={"status": "failed"}).json()
     out.write("\nfailures, as the API reports them (workers[name].state()):\n")
     for image in failed_images:
-        out.write(f"  image {image['id']} {image['filename']}: {last_line(image['error'])}\n")
+        out.write(f"  image {image['id']} {image['filename']}: {image['error']}\n")
     for query in failed_queries:
-        out.write(f"  query {query['id']}: {last_line(query['error'])}\n")
+        out.write(f"  query {query['id']}: {query['error']}\n")
     for image in failed_images:
         out.write(
             f"fixing image {image['id']}: new bytes (PUT), then retry its hash and its query (reset_failed)\n"
@@ -350,12 +351,6 @@ def metrics_excerpt(text: str) -> list[str]:
         if line.startswith(METRIC_PREFIXES) and not line.endswith((" 0.0", " 0")):
             lines.append(line)
     return lines
-
-
-def last_line(text: str | None) -> str:
-    """The exception line of a recorded error, its class named without the module path."""
-    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
-    return re.sub(r"^[\w.]+\.(\w+): ", r"\1: ", lines[-1].strip()) if lines else ""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,9 +7,11 @@ deliberately corrupt so the system has a failure to show. Nothing is downloaded.
 
 from __future__ import annotations
 
+import argparse
 import io
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFilter
 
@@ -111,3 +113,27 @@ def replacement() -> Sample:
     """A valid picture to put in place of the corrupt upload before retrying it."""
     content, _ = variant(original(424242), "original")
     return Sample("corrupt.png", content, None, "replacement")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m examples.imagededup.samples DIR`: write the samples as files, for curl."""
+    parser = argparse.ArgumentParser(
+        prog="python -m examples.imagededup.samples", description=main.__doc__
+    )
+    parser.add_argument(
+        "directory", type=Path, help="where to write the files (created if missing)"
+    )
+    parser.add_argument("--groups", type=int, default=4, help="distinct originals (default 4)")
+    args = parser.parse_args(argv)
+    if args.groups < 1:
+        parser.error(f"--groups must be at least 1, got {args.groups}")
+    args.directory.mkdir(parents=True, exist_ok=True)
+    files = generate(args.groups)
+    for sample in files:
+        (args.directory / sample.filename).write_bytes(sample.content)
+    print(f"wrote {len(files)} files to {args.directory}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
