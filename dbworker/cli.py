@@ -394,6 +394,21 @@ def ping(coordinator: Coordinator) -> None:
         raise CommandError(f"database unreachable: {_one_line(exc)}", EXIT_DATABASE) from None
 
 
+def require_tables(
+    coordinator: Coordinator, workers: Sequence[str], options: Options, *, hint: str = ""
+) -> None:
+    """``CommandError`` (exit 2) naming work tables that do not exist yet, and the fix."""
+    try:
+        missing = missing_tables(coordinator, workers)
+    except Exception as exc:
+        raise CommandError(f"reading the schema failed: {_one_line(exc)}", _db_code(exc)) from None
+    if missing:
+        raise CommandError(
+            f"work table(s) {', '.join(missing)} do not exist; run `dbworker migrate {options.app}` "
+            f"first{hint}"
+        )
+
+
 def missing_tables(coordinator: Coordinator, workers: Sequence[str]) -> list[str]:
     """Work tables of ``workers`` that do not exist yet."""
     import sqlalchemy as sa
@@ -461,12 +476,7 @@ def cmd_run(options: Options, coordinator: Coordinator, shutdown: Any) -> int:
                 raise CommandError(
                     f"creating work tables failed: {_one_line(exc)}", _db_code(exc)
                 ) from None
-        missing = missing_tables(coordinator, workers)
-        if missing:
-            raise CommandError(
-                f"work table(s) {', '.join(missing)} do not exist; run `dbworker migrate {options.app}` "
-                "first or pass --create-tables"
-            )
+        require_tables(coordinator, workers, options, hint=" or pass --create-tables")
         if shutdown.requested.is_set():
             log.info("stop requested before start; exiting")
             return EXIT_OK
@@ -540,6 +550,7 @@ def inspect_report(
 def cmd_inspect(options: Options, coordinator: Coordinator) -> int:
     workers = select_workers(coordinator, options)
     ping(coordinator)
+    require_tables(coordinator, workers, options)
     try:
         report = inspect_report(coordinator, workers, failed=options["failed"])
     except CommandError:
@@ -615,6 +626,7 @@ def cmd_retry(options: Options, coordinator: Coordinator) -> int:
     view = coordinator.workers[name]
     ids = [convert_id(raw, view.source) for raw in options.ids]
     ping(coordinator)
+    require_tables(coordinator, [name], options)
     left: list[Any] = []
     try:
         with session_of(coordinator) as session:

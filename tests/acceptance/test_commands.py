@@ -162,3 +162,28 @@ def test_no_password_in_errors(tmp_path: Path) -> None:
     assert r.returncode == 3
     assert r.stderr.startswith("dbworker: database unreachable:") and r.stderr.count("\n") == 1
     assert "hunter2secret" not in r.stderr + r.stdout
+
+
+def test_missing_work_tables_are_named_with_the_fix(appdb: AppDb, tmp_path: Path) -> None:
+    r = run_command(["inspect", APP], database_url=appdb.url)
+    assert r.returncode == 2
+    assert r.stderr == (
+        "dbworker: work table(s) main_work, other_work do not exist; "
+        f"run `dbworker migrate {APP}` first\n"
+    )
+
+
+def test_metrics_port_in_use_is_exit_2(sqlite_db: AppDb) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        r = run_command(
+            ["run", APP, "--metrics-host", "127.0.0.1", "--metrics-port", str(port)],
+            database_url=sqlite_db.url,
+        )
+    assert r.returncode == 2
+    assert r.stderr.startswith(f"dbworker: cannot listen on 127.0.0.1:{port} (--metrics-port): ")
+    assert r.stderr.endswith("choose another port, or 0 to turn the HTTP server off\n")
