@@ -28,7 +28,7 @@ class AppDb:
         self.backend = db.backend
         # Only the application's own table: the work tables share its MetaData (SPEC) and are
         # made by `dbworker migrate`, --create-tables or create_worker_tables() where a test says so.
-        app.Task.__table__.create(db.engine)
+        app.Base.metadata.tables["tasks"].create(db.engine)
         self.coordinator = app.build(db.url)
 
     def add(self, *tasks: dict[str, Any]) -> None:
