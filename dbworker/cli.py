@@ -242,7 +242,7 @@ def _convert(opt: Option, raw: Any, where: str) -> Any:
     except ValueError:
         what = "a whole number" if opt.kind == "int" else "a number"
         raise CommandError(
-            f"{where} {text!r} is not {what}; e.g. {where} {_show(opt.default) if opt.default is not None else 5}"
+            f"{where} {text!r} is not {what}; e.g. {_example(where, _show(opt.default) if opt.default is not None else '5')}"
         ) from None
     if number != number or number in (float("inf"), float("-inf")):
         raise CommandError(f"{where} {text!r} is not a finite number")
@@ -268,7 +268,7 @@ def _pairs(parts: list[str], where: str) -> dict[str, int]:
             n = 0
         if not sep or not name or n < 1:
             raise CommandError(
-                f"malformed {where} {part!r}; expected NAME=N with N >= 1, e.g. {where} hash=4"
+                f"malformed {where} {part!r}; expected NAME=N with N >= 1, e.g. {_example(where, 'hash=4')}"
             )
         result[name] = n
     return result
@@ -281,6 +281,11 @@ def _check_poll_order(values: Mapping[str, Any], sources: Mapping[str, str]) -> 
             f"{sources['max_poll_seconds']} ({_show(max_poll)}) is below {sources['poll_seconds']} "
             f"({_show(poll)}); make the maximum at least the first wait"
         )
+
+
+def _example(where: str, value: str) -> str:
+    """How to write ``value`` for a flag (``--x 5``) or a variable (``DBWORKER_X=5``)."""
+    return f"{where} {value}" if where.startswith("--") else f"{where}={value}"
 
 
 def _show(value: Any) -> str:
