@@ -29,16 +29,21 @@ def contains(actual: Any, wanted: Any) -> bool:
     return bool(actual == wanted)
 
 
-def removals(last: Any, wanted: Any) -> Any:
+# Fields another controller may own once we stop setting them (KEDA owns spec.replicas):
+# leaving them out of a manifest must not delete them.
+NEVER_REMOVED = frozenset({("spec", "replicas")})
+
+
+def removals(last: Any, wanted: Any, path: tuple[str, ...] = ()) -> Any:
     """``wanted`` with None (merge-patch "delete") for every dict key ``last`` had and it lacks."""
     if not isinstance(wanted, Mapping):
         return wanted
     result: dict[str, Any] = {}
     previous = last if isinstance(last, Mapping) else {}
     for key, value in wanted.items():
-        result[key] = removals(previous.get(key), value)
+        result[key] = removals(previous.get(key), value, (*path, key))
     for key in previous:
-        if key not in wanted:
+        if key not in wanted and (*path, key) not in NEVER_REMOVED:
             result[key] = None
     return result
 
@@ -79,6 +84,17 @@ def restore_patch(actual: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[
         return None
     patch = removals(last_applied(actual), wanted)
     return dict(patch)
+
+
+def merged(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``extra``'s fields added (dicts merge recursively), both left unchanged."""
+    result = json.loads(json.dumps(base))
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(result.get(key), Mapping):
+            result[key] = merged(result[key], value)
+        else:
+            result[key] = json.loads(json.dumps(value))
+    return dict(result)
 
 
 def owned_by(actual: Mapping[str, Any], owner_uid: str) -> bool:

@@ -180,11 +180,12 @@ async def _check_secret(kube: Kube, spec: specs.WorkerSpec) -> conditions.Proble
 async def _apply_all(kube: Kube, body: Mapping[str, Any], spec: specs.WorkerSpec, caps: owned.Capabilities,
                      deployment: dict[str, Any] | None, runtime: Runtime
                      ) -> tuple[dict[str, Any] | None, list[str], list[conditions.Problem]]:
+    # ``deployment`` is what exists now; the applied one replaces it in the result.
     """Create, restore or delete every owned object; returns the Deployment, what changed, problems."""
     uid = body["metadata"]["uid"]
     changes: list[str] = []
     problems: list[conditions.Problem] = []
-    for kind, manifest in owned.desired(spec, caps, creating=deployment is None).items():
+    for kind, manifest in owned.desired(spec, caps).items():
         try:
             if manifest is None:
                 existing = await kube.get(kind, spec.namespace, spec.name)
@@ -193,7 +194,8 @@ async def _apply_all(kube: Kube, body: Mapping[str, Any], spec: specs.WorkerSpec
                     changes.append(f"Deleted {kind.kind} {spec.name}")
                     runtime.metrics.objects_applied.labels("deleted").inc()
                 continue
-            applied = await kube.apply(kind, owned.owned_by(manifest, body), owner_uid=uid)
+            applied = await kube.apply(kind, owned.owned_by(manifest, body), owner_uid=uid,
+                                       on_create=owned.initial_fields(kind, spec, caps))
             if kind is owned.DEPLOYMENT:
                 deployment = applied.obj
             if applied.action != "unchanged":

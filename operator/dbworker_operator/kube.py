@@ -223,8 +223,10 @@ class Kube:
             self._discovery[kind.api_version] = cached
         return kind.plural in cached[1]
 
-    async def apply(self, kind: Kind, manifest: Mapping[str, Any], *, owner_uid: str) -> Applied:
-        """Create ``manifest`` or restore the fields it sets; never touches objects others own.
+    async def apply(self, kind: Kind, manifest: Mapping[str, Any], *, owner_uid: str,
+                    on_create: Mapping[str, Any] | None = None) -> Applied:
+        """Create ``manifest`` (plus ``on_create`` fields) or restore the fields it sets;
+        never touches objects others own.
 
         Raises ``NotOwned`` for a same-named object without our owner reference and
         ``KubeError`` when the API server rejects the object.
@@ -233,8 +235,9 @@ class Kube:
         wanted = drift.annotate(manifest)
         actual = await self.get(kind, meta["namespace"], meta["name"])
         if actual is None:
+            body = drift.merged(wanted, on_create or {})
             created = await self._call("POST", object_path(kind.api_version, kind.plural, meta["namespace"]),
-                                       body=wanted)
+                                       body=body)
             return Applied("created", created or {})
         if not drift.owned_by(actual, owner_uid):
             raise NotOwned(f"a {kind.kind} named {meta['name']!r} already exists and is not owned by this "

@@ -52,7 +52,7 @@ def _validate(manifest: dict[str, Any]) -> None:
 @pytest.mark.parametrize("body", [samples.minimal(), samples.full()], ids=["minimal", "full"])
 def test_every_built_manifest_is_valid(body: dict[str, Any]) -> None:
     parsed = spec.parse(body)
-    manifests = [m for m in owned.desired(parsed, ALL, creating=True).values() if m is not None]
+    manifests = [m for m in owned.desired(parsed, ALL).values() if m is not None]
     assert manifests
     for manifest in manifests:
         _validate(owned.owned_by(manifest, body))
@@ -166,8 +166,9 @@ def test_desired_follows_capabilities_and_leaves_replicas_to_keda() -> None:
     assert plain_dep is not None and plain_dep["spec"]["replicas"] == 3
     keda_dep = owned.desired(parsed, ALL)[owned.DEPLOYMENT]
     assert keda_dep is not None and "replicas" not in keda_dep["spec"]
-    created = owned.desired(parsed, ALL, creating=True)[owned.DEPLOYMENT]
-    assert created is not None and created["spec"]["replicas"] == 2  # the autoscaling minimum
+    assert owned.initial_fields(owned.DEPLOYMENT, parsed, ALL) == {"spec": {"replicas": 2}}  # the minimum
+    assert owned.initial_fields(owned.DEPLOYMENT, parsed, owned.Capabilities()) == {}
+    assert owned.initial_fields(owned.PDB, parsed, ALL) == {}
     plain = owned.desired(spec.parse(samples.minimal()), ALL)
     assert plain[owned.SCALED_OBJECT] is None and plain[owned.POD_MONITOR] is None and plain[owned.PDB] is None
 

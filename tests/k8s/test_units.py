@@ -223,6 +223,14 @@ def test_restore_patch_removes_fields_we_no_longer_set() -> None:
     assert drift.restore_patch(actual, before) is None
 
 
+def test_replicas_left_to_an_autoscaler_are_never_removed() -> None:
+    before = drift.annotate({"metadata": {"name": "x"}, "spec": {"replicas": 2, "paused": False}})
+    after = drift.annotate({"metadata": {"name": "x"}, "spec": {"paused": True}})
+    patch = drift.restore_patch({**before, "spec": {"replicas": 5, "paused": False}}, after)
+    assert patch is not None and "replicas" not in patch["spec"]
+    assert drift.merged({"spec": {"a": 1}}, {"spec": {"replicas": 2}}) == {"spec": {"a": 1, "replicas": 2}}
+
+
 # ---- peering, config, metrics -----------------------------------------------------------------
 
 

@@ -51,17 +51,13 @@ def scaled_by_keda(spec: WorkerSpec, capabilities: Capabilities) -> bool:
     return spec.autoscaling is not None and capabilities.keda
 
 
-def desired(spec: WorkerSpec, capabilities: Capabilities, *, creating: bool = False) -> dict[Kind, dict[str, Any] | None]:
+def desired(spec: WorkerSpec, capabilities: Capabilities) -> dict[Kind, dict[str, Any] | None]:
     """Kind -> wanted manifest (None: should not exist) for every kind the cluster serves.
 
-    While KEDA drives the Deployment its replica count is KEDA's, so it is written only when
-    ``creating`` (then at the minimum); otherwise ``spec.replicas`` is the truth.
+    While KEDA drives the Deployment its replica count is KEDA's, so the manifest leaves it
+    out (see ``initial_fields`` for the count a new Deployment starts with).
     """
-    if scaled_by_keda(spec, capabilities):
-        assert spec.autoscaling is not None  # for type checkers: scaled_by_keda says so
-        replicas = spec.autoscaling.min_replicas if creating else None
-    else:
-        replicas = spec.replicas
+    replicas = None if scaled_by_keda(spec, capabilities) else spec.replicas
     wanted: dict[Kind, dict[str, Any] | None] = {
         DEPLOYMENT: deployment.build(spec, replicas=replicas),
         PDB: disruption.build(spec),
@@ -69,6 +65,15 @@ def desired(spec: WorkerSpec, capabilities: Capabilities, *, creating: bool = Fa
         POD_MONITOR: monitoring.build(spec),
     }
     return {kind: manifest for kind, manifest in wanted.items() if capabilities.serves(kind)}
+
+
+def initial_fields(kind: Kind, spec: WorkerSpec, capabilities: Capabilities) -> dict[str, Any]:
+    """Fields set only when creating an object, never kept afterwards: a KEDA-scaled
+    Deployment starts at the autoscaling minimum, then KEDA owns the count."""
+    if kind is DEPLOYMENT and scaled_by_keda(spec, capabilities):
+        assert spec.autoscaling is not None  # for type checkers: scaled_by_keda says so
+        return {"spec": {"replicas": spec.autoscaling.min_replicas}}
+    return {}
 
 
 def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:

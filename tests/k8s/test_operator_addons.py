@@ -1,0 +1,75 @@
+"""The operator on a cluster with KEDA and the Prometheus Operator, and with two operator replicas.
+
+KEDA's ScaledObject and a PodMonitor are created only where their APIs are served; while KEDA
+drives the Deployment the operator leaves its replica count alone. Two replicas share the
+work by kopf peering: the one with the lower priority stays paused, resync included.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+
+import pytest
+
+from tests.k8s.emulator import running
+from tests.k8s.harness import DEPLOYMENTS, NS, WORKERS, Operator
+
+SCALED_OBJECTS = f"/apis/keda.sh/v1alpha1/namespaces/{NS}/scaledobjects"
+POD_MONITORS = f"/apis/monitoring.coreos.com/v1/namespaces/{NS}/podmonitors"
+PDBS = f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets"
+
+
+@pytest.fixture(scope="module")
+def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Operator, Operator]]:
+    tmp = tmp_path_factory.mktemp("operators")
+    with running(addons=("keda", "prometheus-operator")) as emulator:
+        leader = Operator(emulator, tmp, priority=100)
+        standby = Operator(emulator, tmp, priority=1)
+        try:
+            leader.wait_live()
+            standby.wait_live()
+            yield leader, standby
+        finally:
+            standby.stop()
+            leader.stop()
+
+
+def test_keda_pod_monitor_and_budget_are_created_and_replicas_left_to_keda(ops: tuple[Operator, Operator]) -> None:
+    op, _ = ops
+    op.secret("scaled-db", {"url": "sqlite:///x"})
+    worker = op.worker("scaled", replicas=1, autoscaling={"minReplicas": 2, "maxReplicas": 6},
+                       metrics={"podMonitor": True}, disruptionBudget={"maxUnavailable": 1})
+    uid = worker["metadata"]["uid"]
+    for path in (f"{SCALED_OBJECTS}/scaled", f"{POD_MONITORS}/scaled", f"{PDBS}/scaled", f"{DEPLOYMENTS}/scaled"):
+        obj = op.wait(functools.partial(op.get, path), path)
+        assert obj["metadata"]["ownerReferences"][0]["uid"] == uid, path
+    assert (op.get(f"{DEPLOYMENTS}/scaled") or {})["spec"]["replicas"] == 2  # created at the minimum
+    op.wait(lambda: (op.condition("scaled", "AutoscalingActive") or {}).get("status") == "True",
+            "AutoscalingActive=True")
+    op.wait(lambda: (op.condition("scaled", "PodMonitorActive") or {}).get("status") == "True",
+            "PodMonitorActive=True")
+
+    op.patch(f"{DEPLOYMENTS}/scaled", {"spec": {"replicas": 5}})  # what KEDA's HPA does
+    passes = op.resync_passes()
+    op.wait(lambda: op.resync_passes() > passes + 3, "a few resync passes")
+    assert (op.get(f"{DEPLOYMENTS}/scaled") or {})["spec"]["replicas"] == 5, "the operator fought KEDA"
+
+
+def test_dropping_features_deletes_their_objects(ops: tuple[Operator, Operator]) -> None:
+    op, _ = ops
+    op.wait(lambda: op.get(f"{SCALED_OBJECTS}/scaled"), "the ScaledObject")
+    op.patch(f"{WORKERS}/scaled", {"spec": {"autoscaling": None, "disruptionBudget": None,
+                                            "metrics": {"podMonitor": False}, "replicas": 3}})
+    op.wait(lambda: op.get(f"{SCALED_OBJECTS}/scaled") is None, "the ScaledObject deleted")
+    op.wait(lambda: op.get(f"{PDBS}/scaled") is None, "the PodDisruptionBudget deleted")
+    op.wait(lambda: op.get(f"{POD_MONITORS}/scaled") is None, "the PodMonitor deleted")
+    op.wait(lambda: (op.get(f"{DEPLOYMENTS}/scaled") or {})["spec"]["replicas"] == 3, "spec.replicas back in charge")
+
+
+def test_only_the_higher_priority_replica_acts(ops: tuple[Operator, Operator]) -> None:
+    leader, standby = ops
+    passes = leader.resync_passes()
+    leader.wait(lambda: leader.resync_passes() > passes + 3, "the leader's resync passes")
+    assert standby.metric("dbworker_operator_reconciles_total", 'result="ok"') == 0, "the standby acted"
+    assert standby.process.poll() is None
