@@ -44,7 +44,7 @@ def main() -> int:
         priority=config.priority,
         peering_name=None if config.standalone else config.peering,
         liveness_endpoint=f"http://0.0.0.0:{config.liveness_port}/healthz",
-        identity=kopf.Identity(config.identity) if hasattr(kopf, "Identity") else config.identity,  # type: ignore[arg-type]
+        identity=config.identity,  # type: ignore[arg-type]  # kopf's Identity is a private NewType of str
         memo=memo,
     ))
     return 0

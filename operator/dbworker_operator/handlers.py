@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import kopf
 
 from dbworker_operator import conditions, crd, deletion_cost, drift, labels, leadership, scrape
@@ -39,6 +40,8 @@ class Runtime:
     config: OperatorConfig
     metrics: OperatorMetrics
     kube: Kube | None = None
+    # Pods are scraped with a session of their own: the API session carries our token.
+    scraper: aiohttp.ClientSession | None = None
     locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
     degraded: set[tuple[str, str]] = field(default_factory=set)
     resync_task: asyncio.Task[None] | None = None
@@ -74,6 +77,8 @@ async def startup(settings: kopf.OperatorSettings, memo: Any, logger: logging.Lo
     settings.watching.client_timeout = 330
     settings.peering.priority = runtime.config.priority
     runtime.kube = await Kube.connect(settings=settings, logger=logger)
+    runtime.scraper = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=20),
+                                            headers={"User-Agent": "dbworker-operator"})
     runtime.resync_task = asyncio.create_task(_resync_forever(runtime), name="dbworker-operator-resync")
 
 
@@ -85,6 +90,8 @@ async def cleanup(memo: Any, **_: Any) -> None:
         await asyncio.gather(runtime.resync_task, return_exceptions=True)
     if runtime.kube is not None:
         await runtime.kube.close()
+    if runtime.scraper is not None:
+        await runtime.scraper.close()
 
 
 @kopf.on.resume(crd.GROUP, crd.VERSION, crd.PLURAL, registry=registry)
@@ -212,9 +219,11 @@ async def _apply_all(kube: Kube, body: Mapping[str, Any], spec: specs.WorkerSpec
 async def _scrape(runtime: Runtime, pods: list[dict[str, Any]], port: int) -> int | None:
     """Read every running pod's metrics, keep deletion costs current; the Worker's backlog."""
     kube = runtime.client()
+    if runtime.scraper is None:
+        raise RuntimeError("the scrape session is not open yet (startup has not run)")
     urls = [(pod, scrape.pod_url(pod, port)) for pod in pods]
     targets = [(pod, url) for pod, url in urls if url is not None]
-    reports = await asyncio.gather(*(scrape.fetch(kube.session, url) for _, url in targets))
+    reports = await asyncio.gather(*(scrape.fetch(runtime.scraper, url) for _, url in targets))
     answered = []
     for (pod, _), report in zip(targets, reports, strict=True):
         if report is None:

@@ -127,11 +127,6 @@ class Kube:
         )
         return cls(session, info.server)
 
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        """The HTTP session, also used to scrape pods (it has the connection limits we want)."""
-        return self._session
-
     async def close(self) -> None:
         await self._session.close()
 

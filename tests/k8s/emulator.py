@@ -47,6 +47,7 @@ OPTIONAL: dict[str, dict[RKey, tuple[str, bool, tuple[str, ...]]]] = {
     "keda": {("keda.sh", "v1alpha1", "scaledobjects"): ("ScaledObject", True, ("status",))},
     "prometheus-operator": {("monitoring.coreos.com", "v1", "podmonitors"): ("PodMonitor", True, ())},
 }
+TEST_TOKEN = "emulator-test-token"
 VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 
 
@@ -403,7 +404,8 @@ class EmulatorThread:
         path.write_text(json.dumps({
             "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
             "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
-            "users": [{"name": "tester", "user": {}}],
+            # A token the emulator ignores; tests check it never leaves for anywhere but the API.
+            "users": [{"name": "tester", "user": {"token": TEST_TOKEN}}],
             "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "tester"}}],
         }))
         return path

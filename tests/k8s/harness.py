@@ -47,10 +47,12 @@ class FakePod:
     def __init__(self, ip: str, port: int) -> None:
         self.ip = ip
         self.text = ""
+        self.headers: list[dict[str, str]] = []  # of every scrape, to check no credentials leak
         pod = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                pod.headers.append(dict(self.headers.items()))
                 body = pod.text.encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")

@@ -163,6 +163,9 @@ def test_backlog_and_pod_deletion_cost_come_from_pod_metrics(op: Operator, pods:
     op.wait(lambda: cost("epsilon-abc-1") == "3" and cost("epsilon-abc-2") == "0", "deletion costs 3 and 0")
     busy.text = 'dbworker_backlog{worker="hash"} 0\ndbworker_handlers_active{worker="hash"} 0\n'
     op.wait(lambda: cost("epsilon-abc-1") == "0", "the busy pod's cost back to 0 once idle")
+    scrapes = [h for fake in pods for h in fake.headers]
+    assert scrapes and not any("authorization" in {k.lower() for k in h} for h in scrapes), \
+        "the operator's API token must never be sent to pods"
 
 
 def test_autoscaling_without_keda_says_why_nothing_scales(op: Operator) -> None:
