@@ -128,7 +128,11 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser (for ``dbworker --help``); each command has its own below."""
-    parser = _Parser(prog="dbworker", description=__doc__.split("\n")[0], epilog=EPILOG)
+    parser = _Parser(
+        prog="dbworker",
+        description="Run, migrate, inspect and retry an application's dbworker workers.",
+        epilog=EPILOG,
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for command in ALL:
         sub.add_parser(command, help=COMMAND_HELP[command], add_help=False)
@@ -501,6 +505,7 @@ def cmd_run(options: Options, coordinator: Coordinator, shutdown: Any) -> int:
         )
         sampler.start()
         shutdown.wait()
+        end_leftover_processes()
     finally:
         if sampler is not None:
             sampler.stop()
@@ -510,6 +515,23 @@ def cmd_run(options: Options, coordinator: Coordinator, shutdown: Any) -> int:
         return EXIT_UNEXPECTED
     log.info("stopped")
     return EXIT_OK
+
+
+def end_leftover_processes(timeout: float = 5.0) -> None:
+    """Kill handler processes still alive after the coordinator stopped.
+
+    Normally there are none. A worker loop stuck in a database call never shuts its pool
+    down; its idle slots would then keep the interpreter waiting forever at exit (it joins
+    every non-daemon child), and the pod would sit in Terminating until SIGKILL.
+    """
+    import multiprocessing
+
+    leftovers = multiprocessing.active_children()
+    for process in leftovers:
+        log.warning("ending handler process %s left running after stop", process.pid)
+        process.kill()
+    for process in leftovers:
+        process.join(timeout)
 
 
 def cmd_migrate(options: Options, coordinator: Coordinator) -> int:

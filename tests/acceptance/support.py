@@ -196,7 +196,12 @@ class TcpProxy:
         self._listener: socket.socket | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._blackhole = threading.Event()
         self.restore()
+
+    def blackhole(self) -> None:
+        """Keep every connection open but forward nothing: a server that hangs, not one that refuses."""
+        self._blackhole.set()
 
     def restore(self) -> None:
         with self._lock:
@@ -244,6 +249,10 @@ class TcpProxy:
                     client, _ = listener.accept()
                 except OSError:
                     return
+                if self._blackhole.is_set():
+                    with self._lock:
+                        self._conns.append(client)  # held open, never answered
+                    continue
                 try:
                     upstream = socket.create_connection(self.target, timeout=5)
                     upstream.settimeout(None)
@@ -261,11 +270,11 @@ class TcpProxy:
         finally:
             sel.close()
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while data := src.recv(65536):
-                dst.sendall(data)
+                if not self._blackhole.is_set():
+                    dst.sendall(data)
         except OSError:
             pass
         finally:

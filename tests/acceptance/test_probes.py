@@ -62,6 +62,28 @@ def test_health_turns_red_while_the_database_is_unreachable_and_green_again(
     assert w.wait_exit() == 0
 
 
+def test_a_loop_stuck_behind_a_hanging_database_turns_health_red(
+    pg_db: AppDb, proxy: TcpProxy, start_worker: Callable[..., Worker]
+) -> None:
+    pg_db.create_worker_tables()
+    url = pg_db.url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+    w = start_worker(
+        pg_db, "--worker", "main", "--lease-seconds", "2", "--poll-seconds", "0.1",
+        "--max-poll-seconds", "0.5", "--backlog-seconds", "0", "--drain-seconds", "1", url=url,
+    )  # fmt: skip
+    w.wait_ready()
+    proxy.blackhole()  # queries now wait forever instead of failing
+    reason = wait_until(
+        lambda: (r := w.get("/healthz"))[0] == 503 and r[1],
+        timeout=60,
+        what="/healthz 503 while hung",
+    )
+    assert isinstance(reason, str) and "worker 'main' made no database round trip" in reason
+    # Even with its loop stuck in a query, the process stops within the drain plus a margin.
+    w.signal(signal.SIGTERM)
+    assert w.wait_exit(timeout=60) == 0
+
+
 def test_unreachable_database_at_start_is_exit_3(
     proxy: TcpProxy, pg_db: AppDb, start_worker: Callable[..., Worker]
 ) -> None:
