@@ -267,3 +267,32 @@ def test_operator_metrics_start_at_zero_on_their_own_registry() -> None:
     assert registry.get_sample_value("dbworker_operator_reconciles_total", {"kind": "timer", "result": "error"}) == 0
     m.reconciles.labels("create", "ok").inc()
     assert registry.get_sample_value("dbworker_operator_reconciles_total", {"kind": "create", "result": "ok"}) == 1
+
+
+def test_parse_reads_what_the_dbworker_command_actually_exposes() -> None:
+    """The contract between the pods and the operator: the library's own exposition."""
+    from prometheus_client import generate_latest
+
+    library_metrics = pytest.importorskip("dbworker.metrics")
+    registry = CollectorRegistry()
+    exposed = library_metrics.WorkerMetrics(registry, version="test")
+    exposed.touch(["hash", "compare"])
+    exposed.backlog.labels("hash").set(12)
+    exposed.handlers_active.labels("hash").set(2)
+    exposed.handlers_active.labels("compare").set(1)
+    report = scrape.parse(generate_latest(registry).decode())
+    assert report.backlog == {"hash": 12.0, "compare": 0.0}
+    assert report.handlers_active == 3.0
+
+
+def test_bad_operator_setting_exits_2_with_one_line_naming_it() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DBWORKER_OPERATOR_METRICS_PORT": "lots"}
+    done = subprocess.run([sys.executable, "-m", "dbworker_operator"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "dbworker-operator: DBWORKER_OPERATOR_METRICS_PORT='lots' is not an integer; set it to a number from 0 to 65535"]
