@@ -8,8 +8,8 @@ service's job (`dbworker run examples.imagededup.app:coordinator`). Run it with
 
 from __future__ import annotations
 
+import asyncio
 import re
-import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
@@ -39,7 +39,7 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         except sa.exc.DatabaseError:
             if attempt == 4:
                 raise
-            time.sleep(1 + attempt)
+            await asyncio.sleep(1 + attempt)
     yield
 
 

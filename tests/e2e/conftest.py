@@ -9,9 +9,10 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import pytest
@@ -21,6 +22,7 @@ from tests.conftest import open_database
 from tests.helpers import wait_until
 
 APP = "examples.imagededup.app:coordinator"
+T = TypeVar("T")
 
 
 @dataclass
@@ -38,16 +40,33 @@ class System:
         response.raise_for_status()
         return response.json()  # type: ignore[no-any-return]
 
-    def wait_settled(self, what: str) -> dict[str, dict[str, int]]:
-        def settled() -> dict[str, dict[str, int]] | None:
+    def wait(self, predicate: Callable[[], T | None], *, what: str, timeout: float = 90) -> T:
+        """`wait_until`, except that a service that exits ends the wait at once, with its log."""
+        exited: list[str] = []
+
+        def check() -> T | bool | None:
             for service in (self.api, self.worker):
-                service.check_running()
+                if service.process is not None and service.process.poll() is not None:
+                    code = service.process.returncode
+                    exited.append(
+                        f"the {service.name} exited ({code}) while waiting for {what}:\n{service.log_tail()}"
+                    )
+                    return True
+            return predicate()
+
+        result = wait_until(check, timeout=timeout, interval=0.1, what=what)
+        if exited:
+            pytest.fail(exited[0])
+        return result  # type: ignore[return-value]
+
+    def wait_settled(self, what: str) -> dict[str, dict[str, int]]:
+        """The /progress counts, once nothing is pending for either worker."""
+
+        def settled() -> dict[str, dict[str, int]] | None:
             progress = self.progress()
             return progress if all(c["pending"] == 0 for c in progress.values()) else None
 
-        progress = wait_until(settled, timeout=90, interval=0.1, what=what)
-        assert progress is not None
-        return progress
+        return self.wait(settled, what=what)
 
 
 def start_system(database_url: str, workdir: Path) -> System:
@@ -97,24 +116,24 @@ def start_system(database_url: str, workdir: Path) -> System:
     return System(api, worker, client, f"http://127.0.0.1:{metrics_port}/metrics")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "mariadb"])
 def system(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[System]:
     """API up (schema created), then the worker service up and ready; both stopped after."""
     with contextlib.contextmanager(open_database)(request.param, tmp_path) as database:
         running = start_system(database.url, tmp_path)
         try:
             running.api.start()
-            wait_until(
+            running.wait(
                 lambda: running.client.get("/healthz").status_code == 200,
-                timeout=60,
                 what="the API",
+                timeout=60,
             )
             running.worker.start()
             ready_url = running.metrics_url.replace("/metrics", "/readyz")
-            wait_until(
+            running.wait(
                 lambda: httpx.get(ready_url, timeout=5).status_code == 200,
-                timeout=60,
                 what="the worker service's /readyz",
+                timeout=60,
             )
             yield running
         finally:

@@ -1,8 +1,7 @@
-"""The example system end to end: API and `dbworker run` as separate processes, per database.
-
-Uploads generated images with one corrupt file, asks for every image's duplicates, and
-checks the groups, the clear failures (hash, then the query that needed it), the retry
-of both through the API, the worker metrics, and a clean stop on SIGTERM.
+"""The example system end to end on SQLite, PostgreSQL and MariaDB: API and `dbworker run`
+as separate processes. Uploads generated images with one corrupt file, asks for every
+image's duplicates, and checks the groups, the clear failures (the hash, then the query that
+needed it), both retries through the API, the worker metrics and a clean SIGTERM stop.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from typing import Any
 
 from examples.imagededup import samples
 from tests.e2e.conftest import System
-from tests.helpers import wait_until
 
 PAGE_SIZE = 4  # small, so every query takes several handler calls (Unfinished, then Finished)
 
@@ -90,7 +88,7 @@ def test_duplicates_failures_and_retries(system: System) -> None:
 
     # A retry without a fix fails again; a finished hash has nothing to retry.
     assert system.client.post(f"/images/{corrupt_id}/retry").status_code == 200
-    wait_until(
+    system.wait(
         lambda: system.client.get(f"/images/{corrupt_id}").json()["hash_status"] == "failed",
         timeout=60,
         what="the unfixed image to fail again",
