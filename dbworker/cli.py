@@ -435,15 +435,13 @@ def missing_tables(coordinator: Coordinator, workers: Sequence[str]) -> list[str
 
 
 def cmd_run(options: Options, coordinator: Coordinator, shutdown: Any) -> int:
-    from prometheus_client import CollectorRegistry
-
     from dbworker import health, metrics
 
     workers = select_workers(coordinator, options)
     slots = apply_overrides(coordinator, options)
     slots = {name: slots[name] for name in workers}
 
-    registry = CollectorRegistry()
+    registry = metrics.new_registry()
     metrics.disable_created_series()
     worker_metrics = metrics.WorkerMetrics(registry, version=_version())
     worker_metrics.touch(workers, slots=slots, dialect=coordinator.dialect_name)

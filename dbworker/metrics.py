@@ -246,6 +246,11 @@ class BacklogSampler:
             self._stopping.wait(self._interval)
 
 
+def new_registry() -> CollectorRegistry:
+    """A private registry for one process's series (never prometheus_client's global one)."""
+    return CollectorRegistry(auto_describe=True)
+
+
 def disable_created_series() -> None:
     """Stop exporting ``*_created`` samples (process-wide): they double the series count."""
     from prometheus_client import disable_created_metrics

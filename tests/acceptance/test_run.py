@@ -64,7 +64,9 @@ def test_metrics_move_as_items_finish_fail_and_crash(
     assert any("failed on purpose" in str(entry["message"]) for entry in logs)
 
 
-@pytest.mark.parametrize("how", ["sigterm", "ctrl-c to the process group"])
+@pytest.mark.parametrize(
+    "how", ["sigterm", "ctrl-c to the process group", "sigterm to the process group"]
+)
 def test_stop_lets_running_handlers_finish(
     appdb: AppDb, start_worker: StartWorker, how: str
 ) -> None:
@@ -76,9 +78,9 @@ def test_stop_lets_running_handlers_finish(
     if how == "sigterm":
         w.signal(signal.SIGTERM)
     else:
-        # A terminal's Ctrl-C reaches every process in the foreground group, handlers too:
-        # they must ignore it and let the coordinator decide.
-        w.signal_group(signal.SIGINT)
+        # A terminal's Ctrl-C (or `kill -TERM -PGID`) reaches every process in the group,
+        # handlers too: they must ignore it and let the coordinator decide.
+        w.signal_group(signal.SIGINT if "ctrl-c" in how else signal.SIGTERM)
     wait_until(lambda: w.get("/readyz") == (503, "draining\n"), timeout=30, what="/readyz draining")
     assert w.value("dbworker_draining") == 1
     assert w.get("/healthz")[0] == 200  # draining is not a reason to restart
