@@ -17,7 +17,7 @@ import json
 import secrets
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -122,6 +122,9 @@ class Cluster(kmock.KubernetesEmulator):
     """An in-memory Kubernetes API good enough for kopf and the operator (see module doc)."""
 
     addons: tuple[str, ...] = ()
+    # Admission: resource -> function returning what is wrong with an object ([] = admit).
+    validators: dict[RKey, Callable[[dict[str, Any]], list[str]]] = attrs.field(factory=dict)
+    enforce: bool = True
     _store: dict[OKey, dict[str, Any]] = attrs.field(factory=dict, init=False)
     _kinds: dict[RKey, tuple[str, bool, tuple[str, ...]]] = attrs.field(factory=dict, init=False)
     _history: list[tuple[int, RKey, dict[str, Any]]] = attrs.field(factory=list, init=False)
@@ -161,6 +164,7 @@ class Cluster(kmock.KubernetesEmulator):
         if not namespaced:
             meta.pop("namespace")
         key = (*rkey, namespace if namespaced else "", meta["name"])
+        self._admit(rkey, obj)
         if key in self._store:
             raise kmock.KubernetesError(409, "AlreadyExists", f"{rkey[2]} {meta['name']!r} already exists")
         group, version, _ = rkey
@@ -187,6 +191,8 @@ class Cluster(kmock.KubernetesEmulator):
         for fixed in ("uid", "creationTimestamp", "name", "namespace", "generation", "resourceVersion"):
             if fixed in old["metadata"]:
                 meta[fixed] = old["metadata"][fixed]
+        if subresource != "status":
+            self._admit(rkey, new, old)
         if new == old:
             return old  # a no-op write changes nothing and notifies nobody, as in Kubernetes
         if new.get("spec") != old.get("spec"):
@@ -197,6 +203,15 @@ class Cluster(kmock.KubernetesEmulator):
         self._store[key] = new
         self._emit(rkey, "MODIFIED", new)
         return new
+
+    def _admit(self, rkey: RKey, obj: dict[str, Any], old: dict[str, Any] | None = None) -> None:
+        validator = self.validators.get(rkey)
+        problems = validator(obj) if validator is not None and self.enforce else []
+        if old is not None and problems:
+            # Validation ratcheting (Kubernetes 1.30+): what was already invalid may stay so.
+            problems = [p for p in problems if p not in validator(old)]  # type: ignore[misc]
+        if problems:
+            raise kmock.KubernetesError(422, "Invalid", "; ".join(problems))
 
     def _remove(self, key: OKey, obj: dict[str, Any]) -> dict[str, Any]:
         self._store.pop(key, None)
@@ -355,8 +370,10 @@ class Cluster(kmock.KubernetesEmulator):
 class EmulatorThread:
     """Serves a ``Cluster`` over HTTP from a background thread, for a real operator process."""
 
-    def __init__(self, *, addons: tuple[str, ...] = ()) -> None:
+    def __init__(self, *, addons: tuple[str, ...] = (),
+                 validators: Mapping[RKey, Callable[[dict[str, Any]], list[str]]] | None = None) -> None:
         self._addons = addons
+        self._validators = dict(validators or {})
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -375,7 +392,7 @@ class EmulatorThread:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        async with Cluster(addons=self._addons) as cluster, kmock.Server(cluster) as server:
+        async with Cluster(addons=self._addons, validators=self._validators) as cluster, kmock.Server(cluster) as server:
             self.cluster = cluster
             self.url = str(server.url).rstrip("/")
             self._ready.set()
@@ -412,8 +429,10 @@ class EmulatorThread:
 
 
 @contextmanager
-def running(*, addons: tuple[str, ...] = ()) -> Iterator[EmulatorThread]:
-    emulator = EmulatorThread(addons=addons).start()
+def running(*, addons: tuple[str, ...] = (),
+            validators: Mapping[RKey, Callable[[dict[str, Any]], list[str]]] | None = None
+            ) -> Iterator[EmulatorThread]:
+    emulator = EmulatorThread(addons=addons, validators=validators).start()
     try:
         yield emulator
     finally:

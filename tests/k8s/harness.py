@@ -22,7 +22,18 @@ import httpx
 
 from tests.helpers import wait_until
 from tests.k8s import samples
-from tests.k8s.emulator import EmulatorThread
+from tests.k8s.emulator import EmulatorThread, RKey
+
+WORKER_RESOURCE: RKey = ("dbworker.dev", "v1alpha1", "workers")
+
+
+def admission() -> dict[RKey, Callable[[dict[str, Any]], list[str]]]:
+    """The Worker CRD's schema and CEL rules as the emulator's admission (when cel-python is here)."""
+    try:
+        from tests.k8s.apiserver_rules import check
+    except ImportError:  # cel-python missing: the emulator admits everything
+        return {}
+    return {WORKER_RESOURCE: check}
 
 NS = "apps"
 WORKERS = f"/apis/dbworker.dev/v1alpha1/namespaces/{NS}/workers"

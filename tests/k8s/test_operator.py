@@ -13,12 +13,22 @@ from collections.abc import Iterator
 import pytest
 
 from tests.k8s.emulator import running
-from tests.k8s.harness import DEPLOYMENTS, MERGE, PODS, WORKERS, FakePod, Operator, free_port, pod
+from tests.k8s.harness import (
+    DEPLOYMENTS,
+    MERGE,
+    PODS,
+    WORKERS,
+    FakePod,
+    Operator,
+    admission,
+    free_port,
+    pod,
+)
 
 
 @pytest.fixture(scope="module")
 def op(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
-    with running() as emulator:
+    with running(validators=admission()) as emulator:
         operator = Operator(emulator, tmp_path_factory.mktemp("operator"))
         try:
             operator.wait_live()
@@ -112,9 +122,25 @@ def test_missing_secret_and_key_degrade_with_the_fix_then_recover(op: Operator) 
     assert op.process.poll() is None, "the operator kept running"
 
 
+def test_the_api_server_rejects_what_the_schema_can(op: Operator) -> None:
+    if not op.emulator.cluster or not op.emulator.cluster.validators:
+        pytest.skip("cel-python is not installed: the emulator has no admission")
+    body = {"metadata": {"name": "nodb"}, "spec": {"image": "x", "app": "a.b:c", "replicas": -1, "database": {}}}
+    response = op.api.post(WORKERS, json=body)
+    assert response.status_code == 422
+    assert "urlSecretRef" in response.json()["message"] and "replicas" in response.json()["message"]
+    assert op.get(f"{WORKERS}/nodb") is None
+
+
 def test_spec_the_schema_would_reject_is_reported_not_crashed_on(op: Operator) -> None:
     op.secret("gamma-db", {"url": "sqlite:///x"})
-    op.worker("gamma", app="not-module-attr")  # the emulator has no CRD schema; an old CRD might not either
+    cluster = op.emulator.cluster
+    assert cluster is not None
+    op.emulator.call(setattr, cluster, "enforce", False)  # as with an older, laxer CRD installed
+    try:
+        op.worker("gamma", app="not-module-attr")
+    finally:
+        op.emulator.call(setattr, cluster, "enforce", True)
     degraded = op.wait(lambda: op.condition("gamma", "Degraded"), "a Degraded condition")
     assert degraded["reason"] == "InvalidSpec" and "spec.app" in degraded["message"]
     assert op.get(f"{DEPLOYMENTS}/gamma") is None

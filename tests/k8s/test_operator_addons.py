@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.k8s.emulator import running
-from tests.k8s.harness import DEPLOYMENTS, NS, WORKERS, Operator
+from tests.k8s.harness import DEPLOYMENTS, NS, WORKERS, Operator, admission
 
 SCALED_OBJECTS = f"/apis/keda.sh/v1alpha1/namespaces/{NS}/scaledobjects"
 POD_MONITORS = f"/apis/monitoring.coreos.com/v1/namespaces/{NS}/podmonitors"
@@ -23,7 +23,7 @@ PDBS = f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets"
 @pytest.fixture(scope="module")
 def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Operator, Operator]]:
     tmp = tmp_path_factory.mktemp("operators")
-    with running(addons=("keda", "prometheus-operator")) as emulator:
+    with running(addons=("keda", "prometheus-operator"), validators=admission()) as emulator:
         leader = Operator(emulator, tmp, priority=100)
         standby = Operator(emulator, tmp, priority=1)
         try:
