@@ -152,8 +152,10 @@ def query_view(
     return view
 
 
-async def read_upload(upload: UploadFile) -> bytes:
-    content = await upload.read(MAX_UPLOAD_BYTES + 1)
+def read_upload(upload: UploadFile) -> bytes:
+    # Endpoints are plain functions (FastAPI runs them in its thread pool), so the
+    # database calls never block the event loop; the upload is read the same way.
+    content = upload.file.read(MAX_UPLOAD_BYTES + 1)
     if not content:
         raise HTTPException(422, f"file {upload.filename!r} is empty; upload the image's bytes")
     if len(content) > MAX_UPLOAD_BYTES:
@@ -171,13 +173,11 @@ def healthz(s: DbSession) -> dict[str, bool]:
 
 
 @app.post("/images", status_code=201)
-async def upload_images(
-    s: DbSession, files: Annotated[list[UploadFile], File()]
-) -> list[dict[str, Any]]:
+def upload_images(s: DbSession, files: Annotated[list[UploadFile], File()]) -> list[dict[str, Any]]:
     """Store the uploaded files; inserting the rows is what gives the hash worker its work."""
     images = []
     for upload in files:
-        content = await read_upload(upload)
+        content = read_upload(upload)
         images.append(
             models.Image(
                 filename=upload.filename or "upload", content=content, size_bytes=len(content)
@@ -213,7 +213,7 @@ def show_image(s: DbSession, image_id: int) -> dict[str, Any]:
 
 
 @app.put("/images/{image_id}")
-async def replace_image(
+def replace_image(
     s: DbSession, image_id: int, file: Annotated[UploadFile, File()]
 ) -> dict[str, Any]:
     """Replace the bytes of an image whose hash failed or has not run yet (then retry it)."""
@@ -224,7 +224,7 @@ async def replace_image(
             409,
             f"image {image_id}'s hash is {status_text(status)}; only an image whose hash failed can be replaced",
         )
-    content = await read_upload(file)
+    content = read_upload(file)
     image.content, image.size_bytes = content, len(content)
     s.commit()
     return image_view(s, image)
