@@ -24,6 +24,7 @@ from dbworker_operator import spec as specs
 from dbworker_operator.builders import owned
 from dbworker_operator.config import OperatorConfig
 from dbworker_operator.kube import Kube, KubeError, NotOwned
+from dbworker_operator.metrics import RECONCILE_KINDS as metrics_kinds
 from dbworker_operator.metrics import OperatorMetrics
 
 registry = kopf.OperatorRegistry()
@@ -148,7 +149,7 @@ async def reconcile(runtime: Runtime, body: dict[str, Any], *, trigger: str) -> 
     """Make the cluster match one Worker and report what is true; never raises."""
     key = (body["metadata"].get("namespace", ""), body["metadata"]["name"])
     lock = runtime.locks.setdefault(key, asyncio.Lock())
-    kind = trigger if trigger in ("create", "update", "resume") else "timer"
+    kind = trigger if trigger in metrics_kinds else "resync"
     started = time.monotonic()
     async with lock:
         try:

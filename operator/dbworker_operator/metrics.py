@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-RECONCILE_KINDS = ("create", "update", "timer", "resume")
+# What triggered a reconcile: kopf's change causes, an owned Deployment's event, the resync loop.
+RECONCILE_KINDS = ("create", "update", "resume", "deployment", "resync")
 RESULTS = ("ok", "error")
 
 

@@ -1,7 +1,7 @@
 """Reads worker pods' /metrics: the backlog each reports and the handlers each is running.
 
 ``parse`` is pure (Prometheus text -> ``PodMetrics``); ``fetch`` does the one HTTP GET per pod
-with a short timeout, so a hung pod costs one timer tick, never the operator.
+with a short timeout, so a hung pod costs one resync pass, never the operator.
 """
 
 from __future__ import annotations

@@ -192,7 +192,7 @@ class Operator:
         return 0.0
 
     def resync_passes(self) -> float:
-        return self.metric("dbworker_operator_reconciles_total", 'kind="timer",result="ok"')
+        return self.metric("dbworker_operator_reconciles_total", 'kind="resync",result="ok"')
 
     def wait_live(self) -> None:
         self.wait(lambda: httpx.get(f"http://127.0.0.1:{self.liveness_port}/healthz").status_code == 200,

@@ -214,5 +214,5 @@ def test_deleting_the_worker_removes_what_it_owns(op: Operator) -> None:
 
 def test_operator_metrics_count_reconciles_without_errors(op: Operator) -> None:
     assert op.metric("dbworker_operator_reconciles_total", 'result="ok"') > 0
-    assert op.metric("dbworker_operator_reconciles_total", 'kind="timer",result="error"') == 0
+    assert op.metric("dbworker_operator_reconciles_total", 'kind="resync",result="error"') == 0
     assert "Traceback" not in op.log()

@@ -264,7 +264,7 @@ def test_config_defaults_and_errors() -> None:
 def test_operator_metrics_start_at_zero_on_their_own_registry() -> None:
     registry = CollectorRegistry()
     m = metrics.build(registry)
-    assert registry.get_sample_value("dbworker_operator_reconciles_total", {"kind": "timer", "result": "error"}) == 0
+    assert registry.get_sample_value("dbworker_operator_reconciles_total", {"kind": "resync", "result": "error"}) == 0
     m.reconciles.labels("create", "ok").inc()
     assert registry.get_sample_value("dbworker_operator_reconciles_total", {"kind": "create", "result": "ok"}) == 1
 
