@@ -133,16 +133,22 @@ async def _resync_forever(runtime: Runtime) -> None:
 async def resync_once(runtime: Runtime) -> None:
     kube = runtime.client()
     config = runtime.config
-    seen = 0
+    seen: set[tuple[str, str]] = set()
     for namespace in config.namespaces or (None,):
         if not config.standalone:
             peering = await kube.get_peering(config.peering, namespace)
             if not leadership.may_act(peering, identity=config.identity, priority=config.priority):
                 continue
         for worker in await kube.list_objects(WORKER, namespace):
-            seen += 1
+            seen.add((worker["metadata"]["namespace"], worker["metadata"]["name"]))
             await reconcile(runtime, worker, trigger="resync")
-    runtime.metrics.workers.set(seen)
+    runtime.metrics.workers.set(len(seen))
+    # Forget Workers deleted since (their locks, their Degraded count).
+    runtime.degraded &= seen
+    runtime.metrics.degraded.set(len(runtime.degraded))
+    for key in set(runtime.locks) - seen:
+        if not runtime.locks[key].locked():
+            del runtime.locks[key]
 
 
 async def reconcile(runtime: Runtime, body: dict[str, Any], *, trigger: str) -> None:

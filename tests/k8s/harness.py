@@ -187,7 +187,7 @@ class Operator:
         """One sample of the operator's own /metrics (0 when absent)."""
         text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics").text
         for line in text.splitlines():
-            if line.startswith(f"{name}{{") and labels in line:
+            if (line.startswith(f"{name}{{") or line.startswith(f"{name} ")) and labels in line:
                 return float(line.rsplit(" ", 1)[1])
         return 0.0
 

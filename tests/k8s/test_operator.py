@@ -215,4 +215,10 @@ def test_deleting_the_worker_removes_what_it_owns(op: Operator) -> None:
 def test_operator_metrics_count_reconciles_without_errors(op: Operator) -> None:
     assert op.metric("dbworker_operator_reconciles_total", 'result="ok"') > 0
     assert op.metric("dbworker_operator_reconciles_total", 'kind="resync",result="error"') == 0
+    workers = len((op.get(WORKERS) or {})["items"])
+    degraded = sum(1 for w in (op.get(WORKERS) or {})["items"] for c in w.get("status", {}).get("conditions", [])
+                   if c["type"] == "Degraded" and c["status"] == "True")
+    assert degraded >= 3  # gamma (spec), delta (unknown worker), eta (image)
+    op.wait(lambda: op.metric("dbworker_operator_workers", "") == workers
+            and op.metric("dbworker_operator_workers_degraded", "") == degraded, "the Worker gauges")
     assert "Traceback" not in op.log()
