@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -209,29 +210,35 @@ def run(groups: int, timeout: float, out: TextIO) -> int:
         workdir / "worker.log",
         env,
     )
-    out.write(f"imagededup demo: SQLite database and logs in {workdir}\n")
+    out.write(
+        f"imagededup demo: SQLite database and logs in {workdir} (removed if all goes well)\n"
+    )
     result = 1
     try:
         result = demo_steps(api, worker, api_port, metrics_port, groups, timeout, out)
-    except DemoError as exc:
+    except (DemoError, httpx.HTTPError) as exc:
         out.write(f"\ndemo failed: {exc}\n")
         for service in (api, worker):
             out.write(
                 f"  last lines of the {service.name} log ({service.log_path}):\n{service.log_tail()}\n"
             )
     finally:
-        out.write("\nstopping the worker service, then the API (SIGTERM, drain, exit)...\n")
-        for service in (worker, api):
-            code = service.stop(timeout=30)
-            clean = code in (
-                0,
-                -signal.SIGTERM,
-            )  # uvicorn re-raises SIGTERM after its graceful exit
-            out.write(
-                f"  {service.name}: {'stopped cleanly' if clean else 'exit code ' + str(code)}\n"
-            )
-            if code is not None and not clean:
+        say(out, "\nstopping the worker service, then the API (SIGTERM, drain, exit)...\n")
+        # Both are stopped before anything else is reported: a closed stdout must not
+        # leave them running.
+        codes = [(service.name, service.stop(timeout=30)) for service in (worker, api)]
+        for name, code in codes:
+            if code is None:
+                continue  # never started
+            # uvicorn re-raises SIGTERM once its graceful shutdown is done.
+            clean = code in (0, -signal.SIGTERM)
+            say(out, f"  {name}: {'stopped cleanly' if clean else f'exit code {code}'}\n")
+            if not clean:
                 result = 1
+    if result == 0:
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:
+        out.write(f"the database and both logs are kept in {workdir}\n")
     return result
 
 
@@ -342,6 +349,15 @@ def demo_steps(
     for line in metrics_excerpt(metrics):
         out.write(f"  {line}\n")
     return 0 if correct else 1
+
+
+def say(out: TextIO, text: str) -> None:
+    """Write while shutting down; a reader that went away (`| head`) is no reason to stop."""
+    try:
+        out.write(text)
+        out.flush()
+    except OSError:
+        pass
 
 
 def metrics_excerpt(text: str) -> list[str]:
