@@ -64,23 +64,28 @@ def test_metrics_move_as_items_finish_fail_and_crash(
     assert any("failed on purpose" in str(entry["message"]) for entry in logs)
 
 
-@pytest.mark.parametrize(
-    "how", ["sigterm", "ctrl-c to the process group", "sigterm to the process group"]
-)
-def test_stop_lets_running_handlers_finish(
-    appdb: AppDb, start_worker: StartWorker, how: str
+def test_sigterm_lets_running_handlers_finish(appdb: AppDb, start_worker: StartWorker) -> None:
+    _stop_while_a_handler_runs(appdb, start_worker, lambda w: w.signal(signal.SIGTERM))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill-group"])
+def test_signals_to_the_whole_process_group_do_not_end_handlers(
+    sqlite_db: AppDb, start_worker: StartWorker, sig: signal.Signals
+) -> None:
+    # A terminal's Ctrl-C (or `kill -TERM -PGID`) reaches every process in the group,
+    # handlers too: they must ignore it and let the coordinator decide.
+    _stop_while_a_handler_runs(sqlite_db, start_worker, lambda w: w.signal_group(sig))
+
+
+def _stop_while_a_handler_runs(
+    appdb: AppDb, start_worker: StartWorker, stop: Callable[[Worker], None]
 ) -> None:
     appdb.add({"id": 1, "action": "sleep", "seconds": 2.0})
     w = start_worker(appdb, *FAST, "--worker", "main", "--drain-seconds", "60")
     w.wait_ready()
     w.wait_value("dbworker_handlers_active", 1, worker="main")
     handlers = w.handler_pids()
-    if how == "sigterm":
-        w.signal(signal.SIGTERM)
-    else:
-        # A terminal's Ctrl-C (or `kill -TERM -PGID`) reaches every process in the group,
-        # handlers too: they must ignore it and let the coordinator decide.
-        w.signal_group(signal.SIGINT if "ctrl-c" in how else signal.SIGTERM)
+    stop(w)
     wait_until(lambda: w.get("/readyz") == (503, "draining\n"), timeout=30, what="/readyz draining")
     assert w.value("dbworker_draining") == 1
     assert w.get("/healthz")[0] == 200  # draining is not a reason to restart
