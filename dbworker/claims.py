@@ -125,7 +125,7 @@ def take(
         "error": None,
     }
     first = caps.insert_ignoring_duplicate(table, "source_id").values(source_id=source_id, **values)
-    if conn.execute(first).rowcount == 1:
+    if dialects.inserted(conn.execute(first)):
         return Claim(source_id, token)
     again = sa.update(table).where(w.source_id == source_id, w.execution_status == UNFINISHED).values(**values)
     if conn.execute(again).rowcount == 1:

@@ -54,12 +54,24 @@ class Capabilities:
         return sa.type_coerce(expr, sa.DateTime())
 
     def insert_ignoring_duplicate(self, table: sa.Table, key: str) -> Any:
-        """An INSERT into ``table`` that does nothing (rowcount 0) when ``key`` already exists."""
+        """An INSERT into ``table`` that does nothing when ``key`` already exists.
+
+        Whether it inserted is told by ``inserted(result)``.
+        """
         if self.name == "postgresql":
-            return postgresql.insert(table).on_conflict_do_nothing(index_elements=[key])
+            # psycopg reports no row count for it (SQLAlchemy adds RETURNING): ask for the key.
+            insert = postgresql.insert(table).on_conflict_do_nothing(index_elements=[key])
+            return insert.returning(table.c[key])
         if self.name == "sqlite":
             return sqlite.insert(table).on_conflict_do_nothing(index_elements=[key])
         return mysql.insert(table).prefix_with("IGNORE")
+
+
+def inserted(result: Any) -> bool:
+    """Whether an ``insert_ignoring_duplicate`` statement inserted its row."""
+    if result.returns_rows:
+        return result.first() is not None
+    return bool(result.rowcount == 1)
 
 
 def capabilities(dialect: Dialect) -> Capabilities:

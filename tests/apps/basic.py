@@ -29,7 +29,7 @@ class Base(DeclarativeBase):
 class Item(Base):
     __tablename__ = "items"
     id: Mapped[int] = mapped_column(primary_key=True)
-    action: Mapped[str] = mapped_column(sa.String(64), default="finish")
+    action: Mapped[str] = mapped_column(sa.String(255), default="finish")
     runs: Mapped[int] = mapped_column(default=0)
     ready: Mapped[bool] = mapped_column(default=True)
     release: Mapped[bool] = mapped_column(default=False)

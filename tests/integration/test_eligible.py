@@ -1,0 +1,87 @@
+"""The eligible query: filters and ordering honoured; dbworker excludes done and claimed rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from dbworker import ExecutionStatus
+from tests.apps import basic
+from tests.helpers import wait_until
+from tests.integration.conftest import App
+
+
+def test_filters_are_honoured(app: App) -> None:
+    c = app.coordinator(eligible=basic.ready_items)
+    [held] = app.add("finish", ready=False)
+    [go] = app.add("finish")
+    c.start()
+    app.wait_status([go])
+    assert app.status(held) is None
+    assert c.backlog("items") == 0
+    app.update_item(held, ready=True)
+    app.wait_status([held], (ExecutionStatus.FINISHED,))
+
+
+def test_first_claimable_row_in_the_query_order_is_taken(app: App) -> None:
+    c = app.coordinator(eligible=basic.ready_items, concurrency=1)
+    low = app.add(*["sleep:0"] * 3, priority=1)
+    high = app.add(*["sleep:0"] * 3, priority=5)
+    c.start()
+    app.wait_status(low + high)
+    order = [s.item_id for s in sorted(app.started(), key=lambda s: (s.at, s.id))]
+    assert order == high + low
+
+
+def test_backlog_counts_claimable_items_up_to_a_cap(app: App) -> None:
+    c = app.coordinator(eligible=basic.ready_items)
+    app.add(*["finish"] * 7)
+    app.add("finish", ready=False)
+    assert c.backlog("items") == 7
+    assert c.backlog("items", cap=3) == 3
+
+
+def test_has_execution_status_makes_one_worker_wait_for_another(app: App) -> None:
+    c = app.coordinator()
+
+    def after_items() -> sa.Select[Any]:
+        return sa.select(basic.Item).where(
+            c.has_execution_status(worker="items", source_id=basic.Item.id, statuses=[ExecutionStatus.FINISHED])
+        )
+
+    c.transactional_worker(name="second", source=basic.Item, eligible=after_items)(basic.handle)
+    c.create_worker_tables()
+    [a, b] = app.add("dbwait", "finish")
+    c.start()
+    app.wait_status([b])
+    wait_until(lambda: app.started(a), what="item a to start")
+    with Session(app.db.engine) as s:
+        assert c.execution_status(s, worker="second", source_id=b) in (ExecutionStatus.WORKING, ExecutionStatus.FINISHED)
+        assert c.execution_status(s, worker="second", source_id=a) is None  # waits for "items"
+    app.update_item(a, release=True)
+
+    def second_done() -> bool:
+        with Session(app.db.engine) as s:
+            return c.execution_status(s, worker="second", source_id=a) is ExecutionStatus.FINISHED
+
+    wait_until(second_done, what="the dependent worker to finish item a")
+
+
+def test_has_execution_status_with_values_and_columns(app: App) -> None:
+    c = app.coordinator(eligible=basic.ready_items)
+    ids = app.add("finish", "fail", "finish")
+    [never] = app.add("finish", ready=False)
+    c.start()
+    app.wait_status(ids)
+    c.stop()
+    with Session(app.db.engine) as s:
+        finished = c.has_execution_status(worker="items", source_id=basic.Item.id, statuses=[ExecutionStatus.FINISHED])
+        assert s.scalars(sa.select(basic.Item.id).where(finished).order_by(basic.Item.id)).all() == [ids[0], ids[2]]
+        one = c.has_execution_status(worker="items", source_id=ids[1], statuses=["failed", ExecutionStatus.WORKING])
+        assert s.scalar(sa.select(one)) in (True, 1)
+        empty = c.has_execution_status(worker="items", source_id=ids[1], statuses=[])
+        assert s.scalar(sa.select(sa.func.count()).select_from(basic.Item).where(empty)) == 0
+        unclaimed = c.has_execution_status(worker="items", source_id=never, statuses=list(ExecutionStatus))
+        assert s.scalar(sa.select(unclaimed)) in (False, 0)

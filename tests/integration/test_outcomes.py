@@ -1,0 +1,109 @@
+"""Handler outcomes: Finished, Unfinished, raised errors, forbidden commits, wrong returns, lost rows."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from dbworker import ExecutionStatus, child, claims, dialects
+from tests.apps import basic
+from tests.integration.conftest import App
+
+
+def test_finished_commits_the_handler_writes_with_the_status(app: App) -> None:
+    c = app.coordinator()
+    ids = app.add("finish", "finish", "finish")
+    assert app.status(ids[0]) is None
+    c.start()
+    app.wait_status(ids, (ExecutionStatus.FINISHED,))
+    for i in ids:
+        assert app.item(i).runs == 1
+        assert len(app.outputs(i)) == 1
+        state = app.state(i)
+        assert state is not None
+        assert state["error"] is None and state["lease_expires_at"] is None
+
+
+def test_unfinished_is_called_again_until_finished(app: App) -> None:
+    c = app.coordinator()
+    [i] = app.add("unfinished:3")
+    c.start()
+    app.wait_status([i], (ExecutionStatus.FINISHED,))
+    assert app.item(i).runs == 3
+    assert sorted(o.run for o in app.outputs(i)) == [1, 2, 3]
+
+
+def test_a_raising_handler_fails_the_item_and_rolls_back_its_writes(app: App) -> None:
+    c = app.coordinator()
+    [bad, good] = app.add("fail", "finish")
+    c.start()
+    app.wait_status([bad, good])
+    assert app.status(bad) is ExecutionStatus.FAILED and app.status(good) is ExecutionStatus.FINISHED
+    state = app.state(bad)
+    assert state is not None and "asked to fail" in state["error"]
+    assert app.item(bad).runs == 0 and app.outputs(bad) == []
+
+
+def test_failed_items_are_not_retried_until_reset(app: App) -> None:
+    c = app.coordinator()
+    [bad] = app.add("fail")
+    c.start()
+    app.wait_status([bad])
+    app.update_item(bad, action="finish")
+    [later] = app.add("finish")
+    app.wait_status([later])
+    assert app.status(bad) is ExecutionStatus.FAILED  # the loop went on, the failure stays
+    with Session(app.db.engine) as s:
+        assert c.workers["items"].reset_failed(s, bad) is True
+        s.commit()
+    with Session(app.db.engine) as s:
+        assert c.workers["items"].reset_failed(s, later) is False  # not failed: no change
+    app.wait_status([bad], (ExecutionStatus.FINISHED,))
+    assert app.item(bad).runs == 1
+
+
+def test_handler_commit_is_an_error(app: App) -> None:
+    c = app.coordinator()
+    [i] = app.add("commit")
+    c.start()
+    app.wait_status([i])
+    state = app.state(i)
+    assert state is not None and state["execution_status"] is ExecutionStatus.FAILED
+    assert "dbworker owns the commit" in state["error"]
+    assert app.outputs(i) == []
+
+
+def test_returning_anything_else_is_an_error(app: App) -> None:
+    c = app.coordinator()
+    [i] = app.add("bad")
+    c.start()
+    app.wait_status([i])
+    state = app.state(i)
+    assert state is not None and state["execution_status"] is ExecutionStatus.FAILED
+    assert "must return Finished() or Unfinished()" in state["error"]
+
+
+def test_a_vanished_source_row_fails_the_item(app: App) -> None:
+    c = app.coordinator()
+    [victim] = app.add("finish")
+    table = c.workers["items"].table
+    with app.db.engine.connect() as conn:
+        taken = claims.take(conn, table, victim, caps=dialects.of(conn), lease_seconds=30)
+        conn.commit()
+    assert taken is not None
+    # The row vanishes between claim and load (foreign key bypassed, as an application's own
+    # cleanup might); the handler process finds nothing to load.
+    with app.db.engine.connect() as conn:
+        if app.db.backend == "postgresql":
+            conn.exec_driver_sql("SET session_replication_role = replica")
+        elif app.db.backend == "mariadb":
+            conn.exec_driver_sql("SET foreign_key_checks = 0")
+        conn.execute(sa.delete(basic.Item).where(basic.Item.id == victim))
+        conn.commit()
+    runner = child.Runner(child.ChildConfig("items", app.db.url, {}, basic.handle, basic.Item, 0))
+    try:
+        report = runner.run(taken)
+    finally:
+        runner.close()
+    assert report.outcome == child.FAILED and "no longer exists" in (report.error or "")
+    assert app.status(victim) is ExecutionStatus.FAILED

@@ -1,0 +1,78 @@
+"""Every claim-path statement compiles for SQLite, PostgreSQL, MySQL and MariaDB without a server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.engine import Dialect
+
+from dbworker import claims, dialects, tables
+from tests.apps import basic
+
+TABLE = tables.work_table("items", basic.Item)
+KEY = basic.Item.__table__.c.id
+
+
+def _dialect(name: str) -> tuple[Dialect, dialects.Capabilities]:
+    d: Any
+    if name == "postgresql":
+        d = postgresql.psycopg.dialect()
+        d.server_version_info = (15, 0)
+    elif name == "mysql":
+        d = mysql.pymysql.dialect()
+        d.server_version_info = (8, 0, 36)
+    elif name == "mariadb":
+        d = mysql.pymysql.dialect()
+        d.server_version_info = (10, 11, 6)
+        d.is_mariadb = True
+    else:
+        d = sqlite.pysqlite.dialect()
+        d.server_version_info = (3, 40, 0)
+    return d, dialects.capabilities(d)
+
+
+@pytest.mark.parametrize("name", ["sqlite", "postgresql", "mysql", "mariadb"])
+def test_claim_path_compiles(name: str) -> None:
+    d, caps = _dialect(name)
+    query = claims.claimable(TABLE, KEY, basic.ready_items, caps).limit(2)
+    if caps.skip_locked:
+        query = query.with_for_update(skip_locked=True, of=KEY.table if caps.lock_of else None)
+    sql = str(query.compile(dialect=d))
+    assert "items_work" in sql and "ORDER BY" in sql
+    assert ("SKIP LOCKED" in sql) == (name != "sqlite")
+    insert = caps.insert_ignoring_duplicate(TABLE, "source_id").values(
+        source_id=1, execution_status="working", lease_expires_at=caps.now_plus(30)
+    )
+    compiled = str(insert.compile(dialect=d))
+    assert {"sqlite": "ON CONFLICT", "postgresql": "ON CONFLICT", "mysql": "IGNORE", "mariadb": "IGNORE"}[name] in compiled
+    for stmt in (
+        sa.update(TABLE).values(lease_expires_at=caps.now_plus(10)),
+        sa.select(caps.now()),
+        claims.blocked(TABLE, KEY, caps),
+    ):
+        assert str(stmt.compile(dialect=d))
+
+
+def test_capabilities_by_server_version() -> None:
+    assert _dialect("postgresql")[1].skip_locked
+    assert _dialect("mariadb")[1].skip_locked and not _dialect("mariadb")[1].lock_of
+    old = mysql.pymysql.dialect()
+    old.server_version_info = (10, 5, 1)
+    old.is_mariadb = True
+    assert not dialects.capabilities(old).skip_locked
+    mysql57 = mysql.pymysql.dialect()
+    mysql57.server_version_info = (5, 7, 40)
+    assert not dialects.capabilities(mysql57).skip_locked
+    assert not _dialect("sqlite")[1].skip_locked
+
+
+def test_transient_errors_are_told_from_bugs() -> None:
+    locked = sa.exc.OperationalError("stmt", {}, Exception("database is locked"))
+    deadlock = sa.exc.OperationalError("stmt", {}, Exception(1213, "Deadlock found"))
+    integrity = sa.exc.IntegrityError("stmt", {}, Exception("UNIQUE constraint failed"))
+    assert dialects.is_transient(locked) and dialects.is_transient(deadlock)
+    assert not dialects.is_transient(integrity)
+    assert not dialects.is_transient(ValueError("x"))
