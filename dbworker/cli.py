@@ -444,7 +444,7 @@ def cmd_run(options: Options, coordinator: Coordinator, shutdown: Any) -> int:
     registry = metrics.new_registry()
     metrics.disable_created_series()
     worker_metrics = metrics.WorkerMetrics(registry, version=_version())
-    worker_metrics.touch(workers, slots=slots, dialect=coordinator.dialect_name)
+    worker_metrics.touch(workers, slots=slots)
     tracker = health.HealthTracker()
     coordinator.add_observer(worker_metrics)
     coordinator.add_observer(tracker)
@@ -476,6 +476,8 @@ def cmd_run(options: Options, coordinator: Coordinator, shutdown: Any) -> int:
     sampler = None
     try:
         ping(coordinator)
+        # Only now, connected, can the dialect tell MariaDB from MySQL.
+        worker_metrics.touch(workers, dialect=coordinator.dialect_name)
         if options["create_tables"]:
             try:
                 coordinator.upgrade_worker_tables()
