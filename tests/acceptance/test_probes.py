@@ -15,6 +15,8 @@ from tests.acceptance.conftest import AppDb
 from tests.acceptance.support import TcpProxy, Worker
 from tests.helpers import wait_until
 
+SECRET = "s3cr3t-pw-dbw"
+
 
 @pytest.fixture
 def proxy() -> Iterator[TcpProxy]:
@@ -27,7 +29,9 @@ def test_health_turns_red_while_the_database_is_unreachable_and_green_again(
     pg_db: AppDb, proxy: TcpProxy, start_worker: Callable[..., Worker]
 ) -> None:
     pg_db.create_worker_tables()
-    url = pg_db.url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+    # The test server trusts local users, so a password in the URL is accepted and ignored:
+    # it is there to prove that no log line, metric or probe answer ever shows it.
+    url = pg_db.url.replace("postgres@127.0.0.1:5432", f"postgres:{SECRET}@127.0.0.1:{proxy.port}")
     assert url != pg_db.url
     # Short lease and polls keep the liveness bound (max(2, 3*0.5) + 0.5 = 2.5 s) short.
     w = start_worker(
@@ -58,8 +62,11 @@ def test_health_turns_red_while_the_database_is_unreachable_and_green_again(
     pg_db.add({"id": 1})
     w.wait_value("dbworker_executions_total", 1, worker="main", outcome="finished")
 
+    metrics_text = w.get("/metrics")[1]
     w.signal(signal.SIGTERM)
     assert w.wait_exit() == 0
+    assert "database error" in w.log_text()  # the outage was logged...
+    assert SECRET not in w.log_text() + metrics_text + reason  # ...without the password
 
 
 def test_a_loop_stuck_behind_a_hanging_database_turns_health_red(
