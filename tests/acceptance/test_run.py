@@ -119,12 +119,23 @@ def test_second_signal_ends_and_releases_everything_at_once(
     appdb: AppDb, start_worker: StartWorker
 ) -> None:
     appdb.add({"id": 1, "action": "sleep", "seconds": 600.0})
-    w = start_worker(appdb, *FAST, "--worker", "main", "--drain-seconds", "600")
+    # A short lease so renewals (every third of it) show in the metrics while we wait.
+    w = start_worker(
+        appdb, *FAST, "--worker", "main", "--drain-seconds", "600", "--lease-seconds", "1.5"
+    )
     w.wait_ready()
     w.wait_value("dbworker_handlers_active", 1, worker="main")
     handlers = w.handler_pids()
+    wait_until(
+        lambda: (
+            (w.value("dbworker_lease_renewals_total", worker="main", result="renewed") or 0) >= 2
+        ),
+        timeout=30,
+        what="lease renewals of the running handler",
+    )
     w.signal(signal.SIGTERM)
     w.wait_value("dbworker_draining", 1)
+    w.wait_value("dbworker_handlers_active", 1, worker="main")  # still running: drain is long
     w.signal(signal.SIGINT)
     assert w.wait_exit(timeout=60) == 0
     wait_until(lambda: all_gone(handlers), timeout=10, what="handler processes ended")
