@@ -14,12 +14,11 @@ from dbworker import logs
 
 @pytest.fixture
 def stream() -> Iterator[io.StringIO]:
-    out = io.StringIO()
-    yield out
     logger = logging.getLogger("dbworker")
-    logger.handlers[:] = [h for h in logger.handlers if not getattr(h, "_dbworker_setup", False)]
-    logger.propagate = True
-    logger.setLevel(logging.NOTSET)
+    saved = (list(logger.handlers), logger.propagate, logger.level)
+    yield io.StringIO()
+    # Other tests rely on caplog, which needs the logger as it was.
+    logger.handlers[:], logger.propagate, logger.level = saved[0], saved[1], saved[2]
 
 
 def test_text_lines_mask_url_passwords(stream: io.StringIO) -> None:
