@@ -29,6 +29,9 @@ def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Operator, Op
         try:
             leader.wait_live()
             standby.wait_live()
+            # Both have announced themselves in kopf's peering object: the standby has the leader in view.
+            peering = "/apis/kopf.dev/v1/clusterkopfpeerings/dbworker-operator"
+            leader.wait(lambda: len((leader.get(peering) or {}).get("status") or {}) == 2, "two peers")
             yield leader, standby
         finally:
             standby.stop()
