@@ -185,3 +185,17 @@ def test_as_pid_1_it_drains_on_sigterm_and_reaps_its_children(
     os.kill(pid1, signal.SIGTERM)
     assert w.wait_exit() == 0  # unshare --fork exits with its child's status
     assert appdb.task(2).result is not None
+
+
+def test_metrics_port_0_runs_without_http_and_env_settings_apply(
+    sqlite_db: AppDb, start_worker: StartWorker
+) -> None:
+    sqlite_db.add({"id": 1})
+    env = {"DBWORKER_METRICS_PORT": "9", "DBWORKER_WORKER": "main", "DBWORKER_CREATE_TABLES": "yes"}
+    # The flag (0: no HTTP server) wins over the variable (9).
+    w = start_worker(sqlite_db, "--metrics-port", "0", env=env)
+    wait_until(lambda: sqlite_db.task(1).result is not None, timeout=60, what="item 1 finished")
+    assert "running workers main (sqlite)" in w.log_text()
+    assert "serving /metrics" not in w.log_text()
+    w.signal(signal.SIGTERM)
+    assert w.wait_exit() == 0
