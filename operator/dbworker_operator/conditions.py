@@ -77,11 +77,12 @@ def pod_problems(pods: Iterable[Mapping[str, Any]], *, image: str) -> list[Probl
             # A container running and ready again has recovered; its last exit is history.
             if item.get("ready") and (item.get("state") or {}).get("running") is not None:
                 continue
-            waiting = (item.get("state") or {}).get("waiting") or {}
+            state = item.get("state") or {}
+            waiting = state.get("waiting") or {}
             reason = waiting.get("reason", "")
+            # The last exit; for an init container that failed once, the current state holds it.
             terminated = (item.get("lastState") or {}).get("terminated") or \
-                         ((item.get("state") or {}).get("terminated") if kind == "initContainerStatuses" else None) \
-                         or {}
+                (state.get("terminated") if kind == "initContainerStatuses" else None) or {}
             code = terminated.get("exitCode")
             message = redact(str(terminated.get("message") or ""))
             if reason in IMAGE_PULL_REASONS:

@@ -24,8 +24,6 @@ def contains(actual: Any, wanted: Any) -> bool:
         if not isinstance(actual, list) or len(actual) != len(wanted):
             return False
         return all(contains(a, w) for a, w in zip(actual, wanted, strict=True))
-    if isinstance(wanted, (int, float)) and not isinstance(wanted, bool) and isinstance(actual, (int, float)):
-        return bool(actual == wanted)
     return bool(actual == wanted)
 
 

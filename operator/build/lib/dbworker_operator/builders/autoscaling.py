@@ -1,0 +1,50 @@
+"""The KEDA ScaledObject that scales a Worker's Deployment on the workers' backlog.
+
+Pure. KEDA asks Prometheus for the backlog: every pod reports the same database-wide
+``dbworker_backlog{worker}``, so the query takes the max over pods and sums over workers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dbworker_operator import labels
+from dbworker_operator.spec import WorkerSpec
+
+API_VERSION = "keda.sh/v1alpha1"
+KIND = "ScaledObject"
+
+
+def backlog_query(spec: WorkerSpec) -> str:
+    """PromQL for the Worker's backlog; pods of a Deployment are named <name>-<hash>-<suffix>."""
+    selector = f'namespace="{spec.namespace}",pod=~"{spec.name}-[a-z0-9]+-[a-z0-9]+"'
+    return f"sum(max by (worker) (dbworker_backlog{{{selector}}})) or vector(0)"
+
+
+def build(spec: WorkerSpec) -> dict[str, Any] | None:
+    """The ScaledObject for ``spec``, or None when the spec asks for no autoscaling."""
+    if spec.autoscaling is None:
+        return None
+    scaling = spec.autoscaling
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": labels.common(spec.name)},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": spec.name},
+            "minReplicaCount": scaling.min_replicas,
+            "maxReplicaCount": scaling.max_replicas,
+            "pollingInterval": 15,
+            # Scale in slowly: draining pods finish their handlers, so churn is costly.
+            "cooldownPeriod": 300,
+            "triggers": [{
+                "type": "prometheus",
+                "metricType": "AverageValue",
+                "metadata": {
+                    "serverAddress": scaling.prometheus_address,
+                    "query": backlog_query(spec),
+                    "threshold": str(scaling.target_backlog_per_replica),
+                },
+            }],
+        },
+    }

@@ -1,0 +1,159 @@
+"""The worker Deployment: `dbworker run <app>` pods, hardened, probed, drained on stop.
+
+Pure: a ``WorkerSpec`` in, an apps/v1 Deployment dict out. Ownership (ownerReferences) is
+added by the handlers; which replicas count to write is their choice too (autoscaling).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dbworker_operator import labels
+from dbworker_operator.spec import WorkerSpec
+
+CONTAINER = "worker"
+MIGRATE_CONTAINER = "migrate"
+METRICS_PORT_NAME = "metrics"
+# Room beyond the drain for the process to release claims and exit after its handlers stop.
+GRACE_MARGIN_SECONDS = 15
+TMP_VOLUME = "tmp"
+
+
+def _number(value: float) -> str:
+    """Seconds as the CLI reads them: 30 not 30.0, 0.25 as is."""
+    return f"{value:g}"
+
+
+def dbworker_env(spec: WorkerSpec) -> list[dict[str, Any]]:
+    """The environment of both containers: the database URL from the Secret, then DBWORKER_*."""
+    env: list[dict[str, Any]] = [
+        {"name": spec.env_name,
+         "valueFrom": {"secretKeyRef": {"name": spec.secret.name, "key": spec.secret.key}}},
+        {"name": "DBWORKER_METRICS_PORT", "value": str(spec.metrics_port)},
+        {"name": "DBWORKER_DRAIN_SECONDS", "value": str(spec.drain_seconds)},
+        {"name": "DBWORKER_LOG_FORMAT", "value": "json"},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+    ]
+    if spec.workers:
+        env.append({"name": "DBWORKER_WORKER", "value": ",".join(spec.workers)})
+    if spec.concurrency:
+        env.append({"name": "DBWORKER_CONCURRENCY", "value": ",".join(f"{k}={n}" for k, n in spec.concurrency)})
+    for name, value in (("DBWORKER_LEASE_SECONDS", spec.lease_seconds),
+                        ("DBWORKER_POLL_SECONDS", spec.poll_seconds),
+                        ("DBWORKER_MAX_POLL_SECONDS", spec.max_poll_seconds)):
+        if value is not None:
+            env.append({"name": name, "value": _number(value)})
+    # The user's variables come last so they can add to ours; ours win on a clash of names
+    # because Kubernetes takes the last definition, so drop theirs where they repeat ours.
+    ours = {item["name"] for item in env}
+    env.extend(dict(item) for item in spec.env if item.get("name") not in ours)
+    return env
+
+
+def container_security_context() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _container(spec: WorkerSpec, name: str, command: list[str]) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": name,
+        "image": spec.image,
+        # Exec form, no shell: signals reach dbworker directly and nothing is interpolated.
+        "command": command,
+        "env": dbworker_env(spec),
+        "securityContext": container_security_context(),
+        # dbworker writes its one-line error to /dev/termination-log on exit 2/3; fall back to logs.
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [{"name": TMP_VOLUME, "mountPath": "/tmp"}],
+    }
+    if spec.image_pull_policy:
+        container["imagePullPolicy"] = spec.image_pull_policy
+    if spec.env_from:
+        container["envFrom"] = [dict(item) for item in spec.env_from]
+    if spec.resources:
+        container["resources"] = dict(spec.resources)
+    return container
+
+
+def worker_container(spec: WorkerSpec) -> dict[str, Any]:
+    container = _container(spec, CONTAINER, ["dbworker", "run", spec.app])
+    probe_port = {"port": METRICS_PORT_NAME, "scheme": "HTTP"}
+    container["ports"] = [{"name": METRICS_PORT_NAME, "containerPort": spec.metrics_port, "protocol": "TCP"}]
+    # Startup gives imports and the first database round trip time before liveness counts.
+    container["startupProbe"] = {"httpGet": {"path": "/healthz", **probe_port},
+                                 "periodSeconds": 2, "failureThreshold": 60, "timeoutSeconds": 2}
+    container["livenessProbe"] = {"httpGet": {"path": "/healthz", **probe_port},
+                                  "periodSeconds": 10, "failureThreshold": 3, "timeoutSeconds": 5}
+    container["readinessProbe"] = {"httpGet": {"path": "/readyz", **probe_port},
+                                   "periodSeconds": 5, "failureThreshold": 2, "timeoutSeconds": 3}
+    return container
+
+
+def pod_labels(spec: WorkerSpec) -> dict[str, str]:
+    return {**spec.pod_labels, **labels.common(spec.name)}
+
+
+def pod_annotations(spec: WorkerSpec) -> dict[str, str]:
+    # Plain-Prometheus discovery hints; the user's annotations win.
+    return {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(spec.metrics_port),
+        "prometheus.io/path": "/metrics",
+        **spec.pod_annotations,
+    }
+
+
+def pod_spec(spec: WorkerSpec) -> dict[str, Any]:
+    pod: dict[str, Any] = {
+        "terminationGracePeriodSeconds": spec.drain_seconds + GRACE_MARGIN_SECONDS,
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [worker_container(spec)],
+        "volumes": [{"name": TMP_VOLUME, "emptyDir": {}}],
+        "enableServiceLinks": False,
+    }
+    if spec.migrate:
+        pod["initContainers"] = [_container(spec, MIGRATE_CONTAINER, ["dbworker", "migrate", spec.app])]
+    if spec.service_account_name:
+        pod["serviceAccountName"] = spec.service_account_name
+    else:
+        # Workers talk to their database, not to Kubernetes: no API token in the pod.
+        pod["automountServiceAccountToken"] = False
+    if spec.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": name} for name in spec.image_pull_secrets]
+    if spec.node_selector:
+        pod["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod["tolerations"] = [dict(t) for t in spec.tolerations]
+    if spec.affinity:
+        pod["affinity"] = dict(spec.affinity)
+    return pod
+
+
+def build(spec: WorkerSpec, *, replicas: int | None) -> dict[str, Any]:
+    """The Deployment for ``spec``; ``replicas=None`` leaves the count to an autoscaler."""
+    deployment: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": labels.common(spec.name)},
+        "spec": {
+            "selector": {"matchLabels": labels.selector(spec.name)},
+            "revisionHistoryLimit": 5,
+            # Start the new pod before stopping an old one: capacity never dips during a rollout.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {
+                "metadata": {"labels": pod_labels(spec), "annotations": pod_annotations(spec)},
+                "spec": pod_spec(spec),
+            },
+        },
+    }
+    if replicas is not None:
+        deployment["spec"]["replicas"] = replicas
+    return deployment

@@ -1,0 +1,32 @@
+"""The PodDisruptionBudget that limits voluntary evictions of a Worker's pods.
+
+Pure. Unhealthy pods may always be evicted, so a crash-looping fleet never blocks a node drain.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dbworker_operator import labels
+from dbworker_operator.spec import WorkerSpec
+
+
+def build(spec: WorkerSpec) -> dict[str, Any] | None:
+    """The PDB for ``spec``, or None when ``disruptionBudget`` is unset."""
+    budget = spec.disruption_budget
+    if budget is None:
+        return None
+    pdb_spec: dict[str, Any] = {
+        "selector": {"matchLabels": labels.selector(spec.name)},
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
+    if budget.min_available is not None:
+        pdb_spec["minAvailable"] = budget.min_available
+    else:
+        pdb_spec["maxUnavailable"] = budget.max_unavailable
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": labels.common(spec.name)},
+        "spec": pdb_spec,
+    }

@@ -1,0 +1,372 @@
+"""The Worker CRD as data: the one source of truth for its schema, CEL rules and columns.
+
+Everything else (the YAML under ``operator/manifests/`` and the chart's ``crds/``, the RBAC
+rules the chart includes) is generated from here by ``python -m dbworker_operator.crd --write``;
+a test fails when a committed copy is stale. ``spec.py`` parses what this schema admitted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+GROUP = "dbworker.dev"
+VERSION = "v1alpha1"
+KIND = "Worker"
+PLURAL = "workers"
+SINGULAR = "worker"
+SHORT_NAMES = ["dbw"]
+API_VERSION = f"{GROUP}/{VERSION}"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+# Patterns shared with spec.py, so the API server and the operator agree on what is valid.
+APP_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+WORKER_NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+PROMETHEUS_URL_PATTERN = r"^https?://[^\s]+$"
+
+DEFAULT_REPLICAS = 1
+DEFAULT_DRAIN_SECONDS = 25
+DEFAULT_METRICS_PORT = 9100
+DEFAULT_ENV_NAME = "DATABASE_URL"
+DEFAULT_TARGET_BACKLOG = 10
+DEFAULT_PROMETHEUS_ADDRESS = "http://prometheus-operated.monitoring.svc:9090"
+# The library's own defaults (SPEC.md), used by CEL rules that compare a set field with an unset one.
+LIBRARY_POLL_SECONDS = 0.25
+LIBRARY_MAX_POLL_SECONDS = 10.0
+
+# Labels a user may not set on pods: the Deployment's selector is built from them.
+RESERVED_POD_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance")
+
+
+def _string_map(description: str) -> dict[str, Any]:
+    return {"type": "object", "description": description, "additionalProperties": {"type": "string"}}
+
+
+def _free_objects(description: str, *, required: list[str] | None = None) -> dict[str, Any]:
+    """An array of Kubernetes core objects we pass through to the pod unchanged."""
+    item: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    if required:
+        item["required"] = required
+        item["properties"] = {name: {"type": "string", "minLength": 1} for name in required}
+    return {"type": "array", "description": description, "items": item}
+
+
+def _int_or_string(description: str) -> dict[str, Any]:
+    # The exact anyOf form the API server allows for int-or-string; the value check is CEL.
+    return {"description": description, "x-kubernetes-int-or-string": True,
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "x-kubernetes-validations": [{
+                "rule": "type(self) == int ? self >= 0 : self.endsWith('%')",
+                "message": "must be a non-negative count or a percentage such as 25%",
+            }]}
+
+
+def _seconds(description: str) -> dict[str, Any]:
+    return {"type": "number", "minimum": 0, "exclusiveMinimum": True, "description": description}
+
+
+def spec_schema() -> dict[str, Any]:
+    """The structural OpenAPI v3 schema of ``spec`` (also used by the tests' JSON Schema validator)."""
+    quantities = {"type": "object", "additionalProperties": {
+        "x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]}}
+    return {
+        "type": "object",
+        "description": "A fleet of `dbworker run` pods for one application.",
+        "required": ["image", "app", "database"],
+        "properties": {
+            "image": {"type": "string", "minLength": 1,
+                      "description": "Container image holding the application and dbworker."},
+            "imagePullPolicy": {"type": "string", "enum": ["Always", "IfNotPresent", "Never"]},
+            "imagePullSecrets": {"type": "array", "items": {
+                "type": "object", "required": ["name"],
+                "properties": {"name": {"type": "string", "minLength": 1}}}},
+            "app": {"type": "string", "pattern": APP_PATTERN, "maxLength": 512,
+                    "description": "MODULE:ATTR of the application's Coordinator, e.g. `myapp.jobs:coordinator`."},
+            "workers": {"type": "array", "x-kubernetes-list-type": "set", "maxItems": 64,
+                        "description": "Worker names to run (default: every registered worker).",
+                        "items": {"type": "string", "pattern": WORKER_NAME_PATTERN, "maxLength": 63}},
+            "concurrency": {
+                "type": "object", "description": "Handlers per worker name, each in its own child process.",
+                # Key names are checked by the operator (spec.py): CEL regexes over unbounded map
+                # keys can exceed the API server's cost budget.
+                "maxProperties": 64,
+                "additionalProperties": {"type": "integer", "minimum": 1, "maximum": 1024},
+            },
+            "replicas": {"type": "integer", "format": "int32", "minimum": 0, "default": DEFAULT_REPLICAS,
+                         "description": "Pods to run (ignored while autoscaling drives the Deployment)."},
+            "database": {
+                "type": "object", "required": ["urlSecretRef"],
+                "description": "Where the pods find the database URL; it only ever comes from a Secret.",
+                "properties": {
+                    "urlSecretRef": {
+                        "type": "object", "required": ["name", "key"],
+                        "properties": {
+                            "name": {"type": "string", "pattern": SECRET_NAME_PATTERN, "maxLength": 253},
+                            "key": {"type": "string", "pattern": SECRET_KEY_PATTERN, "maxLength": 253},
+                        },
+                    },
+                    "envName": {"type": "string", "pattern": ENV_NAME_PATTERN, "default": DEFAULT_ENV_NAME,
+                                "description": "Environment variable the application reads the URL from."},
+                },
+            },
+            "leaseSeconds": _seconds("Claim lease length (dbworker --lease-seconds)."),
+            "pollSeconds": _seconds("First wait after an empty poll (dbworker --poll-seconds)."),
+            "maxPollSeconds": _seconds("Longest wait between polls (dbworker --max-poll-seconds)."),
+            "drainSeconds": {"type": "integer", "minimum": 0, "maximum": 86400, "default": DEFAULT_DRAIN_SECONDS,
+                             "description": "How long a stopping pod lets running handlers finish."},
+            "migrate": {"type": "boolean", "default": True,
+                        "description": "Run `dbworker migrate` in an init container before the workers start."},
+            "resources": {"type": "object", "properties": {"limits": quantities, "requests": quantities}},
+            "env": _free_objects("Extra environment variables (core/v1 EnvVar).", required=["name"]),
+            "envFrom": _free_objects("Extra environment sources (core/v1 EnvFromSource)."),
+            "nodeSelector": _string_map("Node labels the pods must run on."),
+            "tolerations": _free_objects("core/v1 Tolerations for the pods."),
+            "affinity": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                         "description": "core/v1 Affinity for the pods."},
+            "serviceAccountName": {"type": "string", "pattern": SECRET_NAME_PATTERN, "maxLength": 253},
+            "podLabels": {
+                **_string_map("Extra labels for the pods."),
+                "x-kubernetes-validations": [{
+                    "rule": " && ".join(f"!('{k}' in self)" for k in RESERVED_POD_LABELS),
+                    "message": "podLabels may not set app.kubernetes.io/name or app.kubernetes.io/instance "
+                               "(the operator's selector uses them)",
+                }],
+            },
+            "podAnnotations": _string_map("Extra annotations for the pods."),
+            "metrics": {
+                "type": "object", "default": {},
+                "properties": {
+                    "port": {"type": "integer", "minimum": 1, "maximum": 65535, "default": DEFAULT_METRICS_PORT},
+                    "podMonitor": {"type": "boolean", "default": False,
+                                   "description": "Create a PodMonitor when the Prometheus Operator is installed."},
+                },
+            },
+            "disruptionBudget": {
+                "type": "object",
+                "properties": {
+                    "minAvailable": _int_or_string("Pods that must stay up (count or percent)."),
+                    "maxUnavailable": _int_or_string("Pods that may be down (count or percent)."),
+                },
+                "x-kubernetes-validations": [{
+                    "rule": "has(self.minAvailable) != has(self.maxUnavailable)",
+                    "message": "disruptionBudget needs exactly one of minAvailable or maxUnavailable",
+                }],
+            },
+            "autoscaling": {
+                "type": "object", "required": ["maxReplicas"],
+                "description": "A KEDA ScaledObject scaling on the workers' backlog (needs KEDA installed).",
+                "properties": {
+                    # At least one pod: the backlog is read from the pods, so zero pods could never wake.
+                    "minReplicas": {"type": "integer", "minimum": 1, "default": 1},
+                    "maxReplicas": {"type": "integer", "minimum": 1},
+                    "targetBacklogPerReplica": {"type": "integer", "minimum": 1, "default": DEFAULT_TARGET_BACKLOG},
+                    "prometheusAddress": {"type": "string", "pattern": PROMETHEUS_URL_PATTERN,
+                                          "default": DEFAULT_PROMETHEUS_ADDRESS,
+                                          "description": "Prometheus that scrapes the workers (KEDA queries it)."},
+                },
+                "x-kubernetes-validations": [{
+                    "rule": "!has(self.minReplicas) || self.minReplicas <= self.maxReplicas",
+                    "message": "autoscaling.minReplicas must be <= autoscaling.maxReplicas",
+                }],
+            },
+        },
+        "x-kubernetes-validations": [
+            {
+                "rule": f"(has(self.maxPollSeconds) ? self.maxPollSeconds : {LIBRARY_MAX_POLL_SECONDS}) >= "
+                        f"(has(self.pollSeconds) ? self.pollSeconds : {LIBRARY_POLL_SECONDS})",
+                "message": "maxPollSeconds must be >= pollSeconds (defaults 10 and 0.25)",
+            },
+            {
+                "rule": "!has(self.concurrency) || !has(self.workers) || self.concurrency.all(k, k in self.workers)",
+                "message": "every concurrency key must be listed in workers (or leave workers unset to run all)",
+            },
+        ],
+    }
+
+
+def status_schema() -> dict[str, Any]:
+    condition = {
+        "type": "object", "required": ["type", "status"],
+        "properties": {
+            "type": {"type": "string"},
+            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+            "reason": {"type": "string"},
+            "message": {"type": "string"},
+            "lastTransitionTime": {"type": "string", "format": "date-time"},
+            "observedGeneration": {"type": "integer"},
+        },
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "observedGeneration": {"type": "integer"},
+            "replicas": {"type": "integer"},
+            "readyReplicas": {"type": "integer"},
+            "backlog": {"type": "integer", "description": "Items claimable now, from the pods' dbworker_backlog."},
+            "selector": {"type": "string", "description": "Pod label selector (for the scale subresource)."},
+            "conditions": {"type": "array", "items": condition,
+                           "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+            # kopf may record its own bookkeeping here; keep it out of our typed fields.
+            "kopf": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        },
+    }
+
+
+def worker_crd() -> dict[str, Any]:
+    """The CustomResourceDefinition manifest for ``workers.dbworker.dev``."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD_NAME, "labels": {"app.kubernetes.io/part-of": "dbworker"}},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {"kind": KIND, "listKind": f"{KIND}List", "plural": PLURAL, "singular": SINGULAR,
+                      "shortNames": SHORT_NAMES, "categories": ["dbworker"]},
+            "versions": [{
+                "name": VERSION,
+                "served": True,
+                "storage": True,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "description": "A Worker runs `dbworker run <app>` pods against a database.",
+                    "required": ["spec"],
+                    "properties": {
+                        "apiVersion": {"type": "string"},
+                        "kind": {"type": "string"},
+                        "metadata": {"type": "object"},
+                        "spec": spec_schema(),
+                        "status": status_schema(),
+                    },
+                }},
+                "subresources": {
+                    "status": {},
+                    "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+                              "labelSelectorPath": ".status.selector"},
+                },
+                "additionalPrinterColumns": [
+                    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+                    {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
+                    {"name": "Backlog", "type": "integer", "jsonPath": ".status.backlog"},
+                    {"name": "Degraded", "type": "string", "priority": 1,
+                     "jsonPath": ".status.conditions[?(@.type==\"Degraded\")].reason"},
+                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                ],
+            }],
+        },
+    }
+
+
+def _peering_crd(*, kind: str, plural: str, scope: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.kopf.dev"},
+        "spec": {
+            "group": "kopf.dev",
+            "scope": scope,
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "versions": [{
+                "name": "v1", "served": True, "storage": True,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}},
+            }],
+        },
+    }
+
+
+def peering_crds() -> list[dict[str, Any]]:
+    """kopf's peering CRDs (so two operator replicas never both act)."""
+    return [
+        _peering_crd(kind="ClusterKopfPeering", plural="clusterkopfpeerings", scope="Cluster"),
+        _peering_crd(kind="KopfPeering", plural="kopfpeerings", scope="Namespaced"),
+    ]
+
+
+def rbac_rules() -> list[dict[str, Any]]:
+    """The operator's PolicyRules: exactly what handlers.py and kube.py touch, nothing more."""
+    read = ["get", "list", "watch"]
+    own = ["get", "list", "watch", "create", "patch", "update", "delete"]
+    return [
+        {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": [*read, "patch"]},
+        {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch", "update"]},
+        # Owner references with blockOwnerDeletion need `update` on the owner's finalizers.
+        {"apiGroups": [GROUP], "resources": [f"{PLURAL}/finalizers"], "verbs": ["update"]},
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": own},
+        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": own},
+        {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": own},
+        {"apiGroups": ["monitoring.coreos.com"], "resources": ["podmonitors"], "verbs": own},
+        # Pods: read state and termination messages, set the pod-deletion-cost annotation.
+        {"apiGroups": [""], "resources": ["pods"], "verbs": [*read, "patch"]},
+        # Secrets: only `get`, to say "Secret x has no key y" before pods fail on it.
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": read},
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": read},
+        {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings", "clusterkopfpeerings"],
+         "verbs": [*read, "patch"]},
+    ]
+
+
+HEADER = "# Generated by `python -m dbworker_operator.crd --write` from operator/dbworker_operator/crd.py.\n" \
+         "# Do not edit: change crd.py and run `make crd`.\n"
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """Never writes YAML anchors/aliases: the files are read by people and by Helm templates."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _dump(documents: list[Any]) -> str:
+    body = "---\n".join(yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False, width=120) for doc in documents)
+    return HEADER + body
+
+
+def generated_files(root: Path) -> dict[Path, str]:
+    """Every generated file under the repository ``root``, path -> text."""
+    from dbworker_operator import install  # install.py builds on rbac_rules() here
+    crd = _dump([worker_crd()])
+    peering = _dump(peering_crds())
+    return {
+        root / "operator/manifests/crd.yaml": crd,
+        root / "operator/manifests/peering-crds.yaml": peering,
+        root / "charts/dbworker-operator/crds/workers.dbworker.dev.yaml": crd,
+        root / "charts/dbworker-operator/crds/kopf-peering.yaml": peering,
+        root / "charts/dbworker-operator/files/rbac-rules.yaml": _dump([rbac_rules()]),
+        root / "operator/manifests/rbac.yaml": _dump(install.rbac()),
+        root / "operator/manifests/deployment.yaml": _dump(install.deployment()),
+    }
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dbworker_operator.crd",
+                                     description="Print or write the Worker CRD and the files generated from it.")
+    parser.add_argument("--write", action="store_true", help="write every generated file into the repository")
+    parser.add_argument("--root", type=Path, default=None, help="repository root (default: this checkout)")
+    args = parser.parse_args(argv)
+    if not args.write:
+        sys.stdout.write(_dump([worker_crd()]))
+        return 0
+    root = args.root or repo_root()
+    for path, text in generated_files(root).items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path.relative_to(root)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

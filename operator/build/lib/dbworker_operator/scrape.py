@@ -1,0 +1,76 @@
+"""Reads worker pods' /metrics: the backlog each reports and the handlers each is running.
+
+``parse`` is pure (Prometheus text -> ``PodMetrics``); ``fetch`` does the one HTTP GET per pod
+with a short timeout, so a hung pod costs one resync pass, never the operator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+# The dbworker metric names the operator reads (the `dbworker` command's public surface);
+# copied, not imported: the operator image does not ship the library.
+BACKLOG = "dbworker_backlog"
+HANDLERS_ACTIVE = "dbworker_handlers_active"
+TIMEOUT_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class PodMetrics:
+    """What one pod reported: backlog per worker name and handlers running now (all workers)."""
+
+    backlog: Mapping[str, float] = field(default_factory=dict)
+    handlers_active: float = 0.0
+
+
+def parse(text: str) -> PodMetrics:
+    """Read ``dbworker_backlog`` and ``dbworker_handlers_active`` from Prometheus text.
+
+    Raises ``ValueError`` when the text is not Prometheus exposition format.
+    """
+    backlog: dict[str, float] = {}
+    active = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == BACKLOG:
+                worker = sample.labels.get("worker", "")
+                backlog[worker] = backlog.get(worker, 0.0) + sample.value
+            elif sample.name == HANDLERS_ACTIVE:
+                active += sample.value
+    return PodMetrics(backlog=backlog, handlers_active=active)
+
+
+def total_backlog(reports: Iterable[PodMetrics]) -> int:
+    """The Worker's backlog: per worker name the max over pods (each pod sees the same
+    database-wide count, so adding pods would multiply it), summed over worker names."""
+    per_worker: dict[str, float] = {}
+    for report in reports:
+        for worker, value in report.backlog.items():
+            per_worker[worker] = max(per_worker.get(worker, 0.0), value)
+    return int(sum(per_worker.values()))
+
+
+def pod_url(pod: Mapping[str, Any], port: int) -> str | None:
+    """The pod's metrics URL, or None while it has no IP or is not running."""
+    status = pod.get("status") or {}
+    ip = status.get("podIP")
+    if not ip or status.get("phase") != "Running":
+        return None
+    host = f"[{ip}]" if ":" in ip else ip
+    return f"http://{host}:{port}/metrics"
+
+
+async def fetch(session: aiohttp.ClientSession, url: str) -> PodMetrics | None:
+    """GET and parse one pod's metrics; None when it does not answer in time or answers garbage."""
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=TIMEOUT_SECONDS)) as response:
+            if response.status != 200:
+                return None
+            return parse(await response.text())
+    except (TimeoutError, aiohttp.ClientError, ValueError):
+        return None

@@ -1,0 +1,244 @@
+"""A Worker's ``spec`` dict -> a frozen ``WorkerSpec`` with every default filled in.
+
+The API server already enforced the CRD schema (crd.py); this module re-checks what the
+schema cannot express and what an old CRD might have let through, so builders can trust
+their input. Every error names the spec path and the fix.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dbworker_operator import crd
+
+
+class SpecError(ValueError):
+    """A Worker spec the operator cannot build from; the message names the field and the fix."""
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    name: str
+    key: str
+
+
+@dataclass(frozen=True)
+class Autoscaling:
+    min_replicas: int
+    max_replicas: int
+    target_backlog_per_replica: int
+    prometheus_address: str
+
+
+@dataclass(frozen=True)
+class DisruptionBudget:
+    min_available: int | str | None
+    max_unavailable: int | str | None
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything the builders need, typed and defaulted. Pass-through pod fields stay dicts."""
+
+    name: str
+    namespace: str
+    image: str
+    app: str
+    secret: SecretRef
+    env_name: str = crd.DEFAULT_ENV_NAME
+    image_pull_policy: str | None = None
+    image_pull_secrets: tuple[str, ...] = ()
+    workers: tuple[str, ...] = ()
+    concurrency: tuple[tuple[str, int], ...] = ()
+    replicas: int = crd.DEFAULT_REPLICAS
+    lease_seconds: float | None = None
+    poll_seconds: float | None = None
+    max_poll_seconds: float | None = None
+    drain_seconds: int = crd.DEFAULT_DRAIN_SECONDS
+    migrate: bool = True
+    metrics_port: int = crd.DEFAULT_METRICS_PORT
+    pod_monitor: bool = False
+    disruption_budget: DisruptionBudget | None = None
+    autoscaling: Autoscaling | None = None
+    service_account_name: str | None = None
+    resources: Mapping[str, Any] = field(default_factory=dict)
+    env: tuple[Mapping[str, Any], ...] = ()
+    env_from: tuple[Mapping[str, Any], ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    affinity: Mapping[str, Any] = field(default_factory=dict)
+    pod_labels: Mapping[str, str] = field(default_factory=dict)
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+def _get(spec: Mapping[str, Any], path: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
+    """Read ``spec.<path>`` (dotted), checking its type; ``default`` when absent or null."""
+    node: Any = spec
+    for part in path.split("."):
+        if not isinstance(node, Mapping):
+            return default
+        node = node.get(part)
+        if node is None:
+            return default
+    # bool is an int in Python; a count given as true/false is a mistake, not a 1/0.
+    if isinstance(node, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        raise SpecError(f"spec.{path}: expected {_kind_name(kind)}, got a boolean")
+    if not isinstance(node, kind):
+        raise SpecError(f"spec.{path}: expected {_kind_name(kind)}, got {type(node).__name__}")
+    return node
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    names = {str: "a string", int: "an integer", float: "a number", bool: "a boolean",
+             dict: "an object", list: "a list", Mapping: "an object"}
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _required(spec: Mapping[str, Any], path: str, fix: str) -> str:
+    value = _get(spec, path, str)
+    if not value:
+        raise SpecError(f"spec.{path} is required: {fix}")
+    return str(value)
+
+
+def _count(spec: Mapping[str, Any], path: str, *, minimum: int, default: int | None) -> int | None:
+    value = _get(spec, path, int, default)
+    if value is not None and value < minimum:
+        raise SpecError(f"spec.{path} is {value}; it must be >= {minimum}")
+    return value  # type: ignore[no-any-return]
+
+
+def _seconds(spec: Mapping[str, Any], path: str) -> float | None:
+    value = _get(spec, path, (int, float))
+    if value is not None and value <= 0:
+        raise SpecError(f"spec.{path} is {value}; it must be > 0 seconds")
+    return None if value is None else float(value)
+
+
+def _objects(spec: Mapping[str, Any], path: str) -> tuple[Mapping[str, Any], ...]:
+    items = _get(spec, path, list, [])
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise SpecError(f"spec.{path}[{i}]: expected an object, got {type(item).__name__}")
+    return tuple(items)
+
+
+def _string_map(spec: Mapping[str, Any], path: str) -> dict[str, str]:
+    values = _get(spec, path, Mapping, {})
+    for key, value in values.items():
+        if not isinstance(value, str):
+            raise SpecError(f"spec.{path}.{key}: expected a string, got {type(value).__name__}")
+    return dict(values)
+
+
+def _worker_name(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not re.match(crd.WORKER_NAME_PATTERN, value):
+        raise SpecError(f"spec.{path}: {value!r} is not a worker name; use [a-z][a-z0-9_]*")
+    return value
+
+
+def parse(body: Mapping[str, Any]) -> WorkerSpec:
+    """Build a ``WorkerSpec`` from a Worker object (``metadata`` and ``spec``).
+
+    Raises ``SpecError`` naming the first bad field and how to fix it.
+    """
+    meta = body.get("metadata") or {}
+    spec = body.get("spec")
+    if not isinstance(spec, Mapping):
+        raise SpecError("spec is required: give the Worker a spec with image, app and database")
+    app = _required(spec, "app", "set it to MODULE:ATTR of your Coordinator, e.g. myapp.jobs:coordinator")
+    if not re.match(crd.APP_PATTERN, app):
+        raise SpecError(f"spec.app: {app!r} is not MODULE:ATTR; e.g. myapp.jobs:coordinator")
+    image = _required(spec, "image", "set it to the image that holds your application and dbworker")
+    secret_name = _required(spec, "database.urlSecretRef.name", "name the Secret holding the database URL")
+    secret_key = _required(spec, "database.urlSecretRef.key", "name the key of that Secret holding the URL")
+    env_name = _get(spec, "database.envName", str, crd.DEFAULT_ENV_NAME)
+    if not re.match(crd.ENV_NAME_PATTERN, env_name):
+        raise SpecError(f"spec.database.envName: {env_name!r} is not an environment variable name")
+
+    workers = tuple(_worker_name(w, f"workers[{i}]") for i, w in enumerate(_get(spec, "workers", list, [])))
+    concurrency: list[tuple[str, int]] = []
+    for key, value in sorted(_get(spec, "concurrency", Mapping, {}).items()):
+        _worker_name(key, f"concurrency.{key}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(f"spec.concurrency.{key}: {value!r} must be an integer >= 1")
+        if workers and key not in workers:
+            raise SpecError(f"spec.concurrency.{key}: {key!r} is not in spec.workers; add it there or remove it")
+        concurrency.append((key, value))
+
+    poll = _seconds(spec, "pollSeconds")
+    max_poll = _seconds(spec, "maxPollSeconds")
+    if (max_poll or crd.LIBRARY_MAX_POLL_SECONDS) < (poll or crd.LIBRARY_POLL_SECONDS):
+        raise SpecError("spec.maxPollSeconds must be >= spec.pollSeconds (defaults 10 and 0.25)")
+
+    budget = None
+    if _get(spec, "disruptionBudget", Mapping) is not None:
+        min_available = _get(spec, "disruptionBudget.minAvailable", (int, str))
+        max_unavailable = _get(spec, "disruptionBudget.maxUnavailable", (int, str))
+        if (min_available is None) == (max_unavailable is None):
+            raise SpecError("spec.disruptionBudget needs exactly one of minAvailable or maxUnavailable")
+        budget = DisruptionBudget(min_available, max_unavailable)
+
+    autoscaling = None
+    if _get(spec, "autoscaling", Mapping) is not None:
+        max_replicas = _count(spec, "autoscaling.maxReplicas", minimum=1, default=None)
+        if max_replicas is None:
+            raise SpecError("spec.autoscaling.maxReplicas is required when autoscaling is set")
+        min_replicas = _count(spec, "autoscaling.minReplicas", minimum=1, default=1) or 1
+        if min_replicas > max_replicas:
+            raise SpecError("spec.autoscaling.minReplicas must be <= spec.autoscaling.maxReplicas")
+        autoscaling = Autoscaling(
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            target_backlog_per_replica=_count(spec, "autoscaling.targetBacklogPerReplica", minimum=1,
+                                              default=crd.DEFAULT_TARGET_BACKLOG) or crd.DEFAULT_TARGET_BACKLOG,
+            prometheus_address=_get(spec, "autoscaling.prometheusAddress", str, crd.DEFAULT_PROMETHEUS_ADDRESS),
+        )
+
+    pod_labels = _string_map(spec, "podLabels")
+    for reserved in crd.RESERVED_POD_LABELS:
+        if reserved in pod_labels:
+            raise SpecError(f"spec.podLabels.{reserved}: reserved for the operator's selector; remove it")
+
+    pull_secrets = []
+    for i, ref in enumerate(_objects(spec, "imagePullSecrets")):
+        if not isinstance(ref.get("name"), str) or not ref["name"]:
+            raise SpecError(f"spec.imagePullSecrets[{i}].name is required")
+        pull_secrets.append(ref["name"])
+
+    return WorkerSpec(
+        name=str(meta.get("name") or ""),
+        namespace=str(meta.get("namespace") or ""),
+        image=image,
+        app=app,
+        secret=SecretRef(secret_name, secret_key),
+        env_name=env_name,
+        image_pull_policy=_get(spec, "imagePullPolicy", str),
+        image_pull_secrets=tuple(pull_secrets),
+        workers=workers,
+        concurrency=tuple(concurrency),
+        replicas=_count(spec, "replicas", minimum=0, default=crd.DEFAULT_REPLICAS) or 0,
+        lease_seconds=_seconds(spec, "leaseSeconds"),
+        poll_seconds=poll,
+        max_poll_seconds=max_poll,
+        drain_seconds=_count(spec, "drainSeconds", minimum=0, default=crd.DEFAULT_DRAIN_SECONDS) or 0,
+        migrate=_get(spec, "migrate", bool, True),
+        metrics_port=_count(spec, "metrics.port", minimum=1, default=crd.DEFAULT_METRICS_PORT)
+        or crd.DEFAULT_METRICS_PORT,
+        pod_monitor=_get(spec, "metrics.podMonitor", bool, False),
+        disruption_budget=budget,
+        autoscaling=autoscaling,
+        service_account_name=_get(spec, "serviceAccountName", str),
+        resources=dict(_get(spec, "resources", Mapping, {})),
+        env=_objects(spec, "env"),
+        env_from=_objects(spec, "envFrom"),
+        node_selector=_string_map(spec, "nodeSelector"),
+        tolerations=_objects(spec, "tolerations"),
+        affinity=dict(_get(spec, "affinity", Mapping, {})),
+        pod_labels=pod_labels,
+        pod_annotations=_string_map(spec, "podAnnotations"),
+    )
