@@ -12,7 +12,7 @@ import logging
 import ssl
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -98,6 +98,10 @@ def _ssl_context(info: kopf.ConnectionInfo) -> ssl.SSLContext | bool:
     return context
 
 
+def _auth_header(info: kopf.ConnectionInfo) -> dict[str, str]:
+    return {"Authorization": f"{info.scheme or 'Bearer'} {info.token}"} if info.token else {}
+
+
 def _temp_file(data: bytes) -> str:
     with tempfile.NamedTemporaryFile(delete=False, prefix="dbworker-operator-") as f:
         f.write(data)
@@ -107,37 +111,42 @@ def _temp_file(data: bytes) -> str:
 class Kube:
     """A small async Kubernetes client for the objects a Worker owns."""
 
-    def __init__(self, session: aiohttp.ClientSession, server: str) -> None:
+    def __init__(self, session: aiohttp.ClientSession, server: str,
+                 relogin: Callable[[], kopf.ConnectionInfo] | None = None) -> None:
         self._session = session
         self._server = server.rstrip("/")
+        self._relogin = relogin
         self._discovery: dict[str, tuple[float, frozenset[str]]] = {}
 
     @classmethod
     async def connect(cls, *, settings: kopf.OperatorSettings, logger: logging.Logger | Any) -> Kube:
         """Connect with ``login``'s credentials. Raises ``kopf.LoginError`` without any."""
         info = login(settings=settings, logger=logger)
-        headers = {"Accept": "application/json", "User-Agent": "dbworker-operator"}
-        if info.token:
-            headers["Authorization"] = f"{info.scheme or 'Bearer'} {info.token}"
+        headers = {"Accept": "application/json", "User-Agent": "dbworker-operator", **_auth_header(info)}
         auth = aiohttp.BasicAuth(info.username, info.password or "") if info.username else None
         connector = aiohttp.TCPConnector(ssl=_ssl_context(info), limit=20)
         session = aiohttp.ClientSession(
             connector=connector, headers=headers, auth=auth,
             timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS),
         )
-        return cls(session, info.server)
+        return cls(session, info.server, relogin=lambda: login(settings=settings, logger=logger))
 
     async def close(self) -> None:
         await self._session.close()
 
     async def _call(self, method: str, path: str, *, body: Any = None, params: Mapping[str, str] | None = None,
-                    content_type: str = "application/json") -> dict[str, Any] | None:
+                    content_type: str = "application/json", _retried: bool = False) -> dict[str, Any] | None:
         """One API request; None for 404; ``KubeError`` for any other failure."""
         kwargs: dict[str, Any] = {"params": dict(params or {})}
         if body is not None:
             kwargs["json"] = body
             kwargs["headers"] = {"Content-Type": content_type}
         async with self._session.request(method, self._server + path, **kwargs) as response:
+            if response.status == 401 and self._relogin is not None and not _retried:
+                # Service account tokens rotate (the kubelet rewrites the file): read it again.
+                self._session.headers.update(_auth_header(self._relogin()))
+                return await self._call(method, path, body=body, params=params, content_type=content_type,
+                                        _retried=True)
             if response.status == 404:
                 return None
             try:

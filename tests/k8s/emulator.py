@@ -125,6 +125,9 @@ class Cluster(kmock.KubernetesEmulator):
     # Admission: resource -> function returning what is wrong with an object ([] = admit).
     validators: dict[RKey, Callable[[dict[str, Any]], list[str]]] = attrs.field(factory=dict)
     enforce: bool = True
+    # When set, every request must carry ``Authorization: Bearer <token>`` (else 401), so
+    # tests can rotate a token as the kubelet rotates service account tokens.
+    token: str | None = None
     _store: dict[OKey, dict[str, Any]] = attrs.field(factory=dict, init=False)
     _kinds: dict[RKey, tuple[str, bool, tuple[str, ...]]] = attrs.field(factory=dict, init=False)
     _history: list[tuple[int, RKey, dict[str, Any]]] = attrs.field(factory=list, init=False)
@@ -247,6 +250,10 @@ class Cluster(kmock.KubernetesEmulator):
     # ---- HTTP ----------------------------------------------------------------------------
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        if self.token is not None:
+            sent = {k.lower(): v for k, v in (request.headers or {}).items()}.get("authorization")
+            if sent != f"Bearer {self.token}":
+                return self._status(401, "Unauthorized", "Unauthorized")
         res = request.resource
         if res is not None and res.plural and res.group is not None and res.version is not None:
             rkey = (res.group, res.version, res.plural)
@@ -417,12 +424,14 @@ class EmulatorThread:
             return fn(*args)
         return asyncio.run_coroutine_threadsafe(_call(), self._loop).result(10)
 
-    def kubeconfig(self, path: Path) -> Path:
+    def kubeconfig(self, path: Path, *, token: str = "") -> Path:
+        """A kubeconfig for this emulator (rewrite it with a new ``token`` to rotate credentials)."""
+        token = token or TEST_TOKEN
         path.write_text(json.dumps({
             "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
             "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
             # A token the emulator ignores; tests check it never leaves for anywhere but the API.
-            "users": [{"name": "tester", "user": {"token": TEST_TOKEN}}],
+            "users": [{"name": "tester", "user": {"token": token}}],
             "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "tester"}}],
         }))
         return path

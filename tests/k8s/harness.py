@@ -92,9 +92,10 @@ class Operator:
         self.liveness_port = free_port()
         self.metrics_port = free_port()
         self.log_path = tmp / f"operator-{priority}.log"
+        self.kubeconfig = emulator.kubeconfig(tmp / f"kubeconfig-{priority}")
         env = {k: v for k, v in os.environ.items() if not k.startswith("DBWORKER_OPERATOR_")}
         env.update(
-            KUBECONFIG=str(emulator.kubeconfig(tmp / f"kubeconfig-{priority}")),
+            KUBECONFIG=str(self.kubeconfig),
             PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "operator"), env.get("PYTHONPATH")])),
             DBWORKER_OPERATOR_RESYNC_SECONDS="0.5",
             DBWORKER_OPERATOR_LIVENESS_PORT=str(self.liveness_port),
