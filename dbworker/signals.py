@@ -40,7 +40,8 @@ class Shutdown:
     ) -> None:
         self.drain_seconds = drain_seconds
         self._on_request = on_request
-        self._lock = threading.Lock()
+        # Reentrant: a signal handler runs on the main thread, possibly while it holds this.
+        self._lock = threading.RLock()
         self._coordinator: Stoppable | None = None
         self._signals = 0
         self._drain_thread: threading.Thread | None = None

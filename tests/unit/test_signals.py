@@ -81,3 +81,15 @@ def test_install_handles_sigterm_and_sigint() -> None:
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+def test_a_signal_while_the_main_thread_holds_the_lock_does_not_deadlock() -> None:
+    # The handler runs on the main thread between two bytecodes, maybe inside attach().
+    s = signals.Shutdown(drain_seconds=1)
+    c = FakeCoordinator()
+    c.release.set()
+    with s._lock:
+        s.request(signal.SIGTERM)
+        s.attach(c)
+    s.wait()
+    assert c.stop_timeouts == [1]
