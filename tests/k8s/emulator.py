@@ -168,6 +168,9 @@ class Cluster(kmock.KubernetesEmulator):
             meta.pop("namespace")
         key = (*rkey, namespace if namespaced else "", meta["name"])
         self._admit(rkey, obj)
+        if namespaced and ("", "v1", "namespaces", "", namespace) not in self._store:
+            # Namespaces come into being with their first object (a real cluster needs them first).
+            self._create(("", "v1", "namespaces"), "", {"metadata": {"name": namespace}})
         if key in self._store:
             raise kmock.KubernetesError(409, "AlreadyExists", f"{rkey[2]} {meta['name']!r} already exists")
         group, version, _ = rkey
@@ -248,6 +251,20 @@ class Cluster(kmock.KubernetesEmulator):
         return [copy.deepcopy(obj) for key, obj in self._store.items() if key[:3] == rkey]
 
     # ---- HTTP ----------------------------------------------------------------------------
+
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        # kmock's path parser reads "/api/v1/namespaces" as a namespace prefix and fails:
+        # build the request for the namespaces collection here instead.
+        if raw_request.path.rstrip("/") == "/api/v1/namespaces":
+            body = await raw_request.read()
+            request = kmock.Request(
+                raw_request=raw_request, url=raw_request.url, method=raw_request.method,
+                params=dict(raw_request.query), headers=dict(raw_request.headers),
+                data=json.loads(body) if body else None, body=body,
+                resource=kmock.resource("", "v1", "namespaces"),
+            )
+            return await self._handle(request)
+        return await super().__call__(raw_request)
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         if self.token is not None:

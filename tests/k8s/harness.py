@@ -86,27 +86,29 @@ class FakePod:
 class Operator:
     """The operator process plus an HTTP client acting as kubectl."""
 
-    def __init__(self, emulator: EmulatorThread, tmp: Path, *, priority: int = 100) -> None:
+    def __init__(self, emulator: EmulatorThread, tmp: Path, *, priority: int = 100,
+                 env: dict[str, str] | None = None) -> None:
         self.emulator = emulator
         self.api = httpx.Client(base_url=emulator.url, timeout=10)
         self.liveness_port = free_port()
         self.metrics_port = free_port()
         self.log_path = tmp / f"operator-{priority}.log"
         self.kubeconfig = emulator.kubeconfig(tmp / f"kubeconfig-{priority}")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DBWORKER_OPERATOR_")}
-        env.update(
+        process_env = {k: v for k, v in os.environ.items() if not k.startswith("DBWORKER_OPERATOR_")}
+        process_env.update(
             KUBECONFIG=str(self.kubeconfig),
-            PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "operator"), env.get("PYTHONPATH")])),
+            PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "operator"), process_env.get("PYTHONPATH")])),
             DBWORKER_OPERATOR_RESYNC_SECONDS="0.5",
             DBWORKER_OPERATOR_LIVENESS_PORT=str(self.liveness_port),
             DBWORKER_OPERATOR_METRICS_PORT=str(self.metrics_port),
             DBWORKER_OPERATOR_PRIORITY=str(priority),
             DBWORKER_OPERATOR_LOG_LEVEL="DEBUG",
         )
+        process_env.update(env or {})
         # kopf requires its peering object to exist; a cluster admin (or the chart) creates it.
         self.api.post("/apis/kopf.dev/v1/clusterkopfpeerings", json={"metadata": {"name": "dbworker-operator"}})  # 409 if there
         self._log = self.log_path.open("w")
-        self.process = subprocess.Popen([sys.executable, "-m", "dbworker_operator"], env=env,
+        self.process = subprocess.Popen([sys.executable, "-m", "dbworker_operator"], env=process_env,
                                         stdout=self._log, stderr=subprocess.STDOUT)
 
     def stop(self) -> None:
@@ -121,6 +123,10 @@ class Operator:
 
     def log(self) -> str:
         return self.log_path.read_text()
+
+    def error_lines(self) -> list[str]:
+        """ERROR records and tracebacks the operator logged (a healthy run has none)."""
+        return [line for line in self.log().splitlines() if " ERROR " in line or line.startswith("Traceback")]
 
     # ---- kubectl-like helpers ----
 

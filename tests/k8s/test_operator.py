@@ -35,6 +35,7 @@ def op(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
             yield operator
         finally:
             operator.stop()
+        assert not operator.error_lines(), "\n".join(operator.error_lines())
 
 
 @pytest.fixture(scope="module")

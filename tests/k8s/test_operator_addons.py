@@ -36,6 +36,7 @@ def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Operator, Op
         finally:
             standby.stop()
             leader.stop()
+        assert not leader.error_lines() and not standby.error_lines()
 
 
 def test_keda_pod_monitor_and_budget_are_created_and_replicas_left_to_keda(ops: tuple[Operator, Operator]) -> None:

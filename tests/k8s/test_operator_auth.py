@@ -28,3 +28,4 @@ def test_a_rotated_token_is_read_again(tmp_path: Path) -> None:
             op.wait(lambda: op.get(f"{DEPLOYMENTS}/rot"), "the Deployment restored with the rotated token")
         finally:
             op.stop()
+        assert not op.error_lines(), "\n".join(op.error_lines())
