@@ -1,0 +1,172 @@
+"""dbworker: the benchmark's adapter, and the pod and migration commands it runs.
+
+A pod is `python -m benchmarks.sys_dbworker serve` (a Coordinator started with one worker,
+stopped on SIGTERM); `migrate` creates the tables as an init container would. The adapter
+itself never imports dbworker: it resets the database, inserts source rows (that is the
+enqueue) and reads completion from the documented work table (`<worker>_work`,
+`execution_status = 'finished'`). Runs on PostgreSQL, SQLite (file) and MariaDB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, MetaData, Table, column, create_engine, insert, table, text
+from sqlalchemy.engine import make_url
+
+from benchmarks.workloads import Database, Kind
+
+ITEM_TABLE = table("bench_item", column("id"))
+HISTORY_CHUNK = 10_000
+
+
+class DbworkerSystem:
+    """Adapter for one database; the name carries the dialect unless it is PostgreSQL."""
+
+    keeps_history = True
+
+    def __init__(self, *, url: str, database: Database, concurrency: int, cwd: Path) -> None:
+        self.database: Database = database
+        self.name = "dbworker" if database == "postgresql" else f"dbworker-{database}"
+        self._url = url
+        self._concurrency = concurrency
+        self._cwd = cwd
+        self._engine: Engine | None = None
+
+    def _eng(self) -> Engine:
+        if self._engine is None:
+            self._engine = create_engine(self._url, pool_pre_ping=True)
+        return self._engine
+
+    def reset(self, *, history: int) -> None:
+        self._wipe()
+        # Tables come from the application's own start-up path, in a separate process, as
+        # an init container would run it.
+        subprocess.run(
+            [sys.executable, "-m", "benchmarks.sys_dbworker", "migrate"],
+            env={**os.environ, "BENCH_DB_URL": self._url},
+            cwd=str(self._cwd),
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        if history:
+            self._add_history(history)
+
+    def _wipe(self) -> None:
+        url = make_url(self._url)
+        if self.database == "sqlite":
+            if self._engine is not None:
+                self._engine.dispose()
+            path = Path(url.database or "")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+            return
+        # Server databases: drop every table the last run left (ours and dbworker's).
+        if self.database == "postgresql":
+            with self._eng().begin() as conn:
+                conn.execute(text("DROP SCHEMA public CASCADE"))
+                conn.execute(text("CREATE SCHEMA public"))
+            return
+        with self._eng().begin() as conn:
+            meta = MetaData()
+            meta.reflect(conn)
+            meta.drop_all(conn)
+
+    def _add_history(self, history: int) -> None:
+        """Items 1..history as a long-running deployment leaves them: FINISHED in noop_work."""
+        engine = self._eng()
+        work = Table("noop_work", MetaData(), autoload_with=engine)
+        with engine.begin() as conn:
+            for start in range(1, history + 1, HISTORY_CHUNK):
+                ids = range(start, min(start + HISTORY_CHUNK, history + 1))
+                conn.execute(insert(ITEM_TABLE), [{"id": i} for i in ids])
+                conn.execute(
+                    insert(work),
+                    [{"source_id": i, **finished_row(work)} for i in ids],
+                )
+        if self.database == "postgresql":
+            with engine.connect() as conn:
+                conn.execution_options(isolation_level="AUTOCOMMIT").execute(text("ANALYZE"))
+
+    def pod_command(self, kind: Kind, index: int) -> tuple[list[str], dict[str, str]]:
+        argv = [
+            sys.executable, "-m", "benchmarks.sys_dbworker", "serve",
+            "--worker", kind, "--concurrency", str(self._concurrency),
+        ]  # fmt: skip
+        return argv, {"BENCH_DB_URL": self._url}
+
+    def enqueue(self, items: Sequence[int], kind: Kind) -> None:
+        with self._eng().begin() as conn:
+            conn.execute(insert(ITEM_TABLE), [{"id": i} for i in items])
+
+    def outstanding(self, kind: Kind, items: range) -> int:
+        with self._eng().connect() as conn:
+            done = conn.execute(
+                text(
+                    f"SELECT count(*) FROM {kind}_work WHERE source_id BETWEEN :lo AND :hi "
+                    "AND execution_status = 'finished'"
+                ),
+                {"lo": items[0], "hi": items[-1]},
+            ).scalar_one()
+        return len(items) - int(done)
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+
+
+def finished_row(work: Table) -> dict[str, Any]:
+    """Column values of a FINISHED item, beyond source_id; SPEC's columns only."""
+    return {"execution_status": "finished", "claim_token": None, "error": None}
+
+
+# ---- inside the pods -------------------------------------------------------------------
+
+
+def _serve(worker: str, concurrency: int) -> None:
+    from benchmarks import dbworker_app
+
+    coordinator = dbworker_app.build_coordinator(os.environ["BENCH_DB_URL"], concurrency=concurrency)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    coordinator.start(workers=[worker])
+    stop.wait()
+    coordinator.stop(timeout=10)
+
+
+def _migrate() -> None:
+    from benchmarks import dbworker_app
+
+    url = os.environ["BENCH_DB_URL"]
+    coordinator = dbworker_app.build_coordinator(url, concurrency=1)
+    dbworker_app.Base.metadata.create_all(create_engine(url))
+    coordinator.upgrade_worker_tables()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="dbworker benchmark pod (URL in BENCH_DB_URL)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run one worker until SIGTERM")
+    serve.add_argument("--worker", required=True, choices=["noop", "write", "latency"])
+    serve.add_argument("--concurrency", type=int, default=2)
+    sub.add_parser("migrate", help="create the tables and exit")
+    args = parser.parse_args()
+    if args.command == "serve":
+        _serve(args.worker, args.concurrency)
+    else:
+        _migrate()
+
+
+if __name__ == "__main__":
+    main()
