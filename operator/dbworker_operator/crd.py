@@ -291,27 +291,27 @@ def peering_crds() -> list[dict[str, Any]]:
 
 
 def rbac_rules() -> list[dict[str, Any]]:
-    """The operator's PolicyRules: exactly what handlers.py and kube.py touch, nothing more."""
-    read = ["get", "list", "watch"]
-    own = ["get", "list", "watch", "create", "patch", "update", "delete"]
+    """The operator's PolicyRules: exactly what kopf, handlers.py and kube.py touch, nothing more."""
+    watch = ["get", "list", "watch"]  # what kopf needs for a resource it watches
+    own = ["get", "create", "patch", "delete"]  # kube.apply and the deletion of dropped features
     return [
-        {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": [*read, "patch"]},
-        {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch", "update"]},
+        {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": [*watch, "patch"]},
+        {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch"]},
         # Owner references with blockOwnerDeletion need `update` on the owner's finalizers.
         {"apiGroups": [GROUP], "resources": [f"{PLURAL}/finalizers"], "verbs": ["update"]},
-        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": own},
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": [*watch, "create", "patch", "delete"]},
         {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": own},
         {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": own},
         {"apiGroups": ["monitoring.coreos.com"], "resources": ["podmonitors"], "verbs": own},
         # Pods: read state and termination messages, set the pod-deletion-cost annotation.
-        {"apiGroups": [""], "resources": ["pods"], "verbs": [*read, "patch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "patch"]},
         # Secrets: only `get`, to say "Secret x has no key y" before pods fail on it.
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
-        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
-        {"apiGroups": [""], "resources": ["namespaces"], "verbs": read},
-        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": read},
-        {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings", "clusterkopfpeerings"],
-         "verbs": [*read, "patch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+        # kopf follows namespaces and CRDs to know what it can watch.
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": watch},
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": watch},
+        {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings", "clusterkopfpeerings"], "verbs": [*watch, "patch"]},
     ]
 
 

@@ -16,6 +16,9 @@ from tests.k8s import samples
 
 pytest.importorskip("celpy", reason="cel-python evaluates the CRD's CEL rules")
 from tests.k8s.apiserver_rules import SCHEMA, check
+from tests.k8s.apiserver_rules import (
+    cel_violations as cel_violations,  # re-exported: tests/chart imports it here
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
