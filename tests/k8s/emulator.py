@@ -263,6 +263,7 @@ class Cluster(kmock.KubernetesEmulator):
                 data=json.loads(body) if body else None, body=body,
                 resource=kmock.resource("", "v1", "namespaces"),
             )
+            self._requests.append(request)  # recorded like every other request (RBAC audit)
             return await self._handle(request)
         return await super().__call__(raw_request)
 

@@ -201,6 +201,26 @@ class Operator:
     def resync_passes(self) -> float:
         return self.metric("dbworker_operator_reconciles_total", 'kind="resync",result="ok"')
 
+    def api_calls(self) -> set[tuple[str, str, str]]:
+        """(apiGroup, resource[/subresource], verb) of every API request not made by the tests."""
+        cluster = self.emulator.cluster
+        assert cluster is not None
+        requests = self.emulator.call(lambda: list(cluster))
+        calls = set()
+        for request in requests:
+            agent = {k.lower(): v for k, v in (request.headers or {}).items()}.get("user-agent", "")
+            res = request.resource
+            if agent.startswith("python-httpx") or res is None or not res.plural:
+                continue
+            method = str(request.method.value).upper()
+            if method == "GET":
+                verb = "watch" if request.params.get("watch") in ("true", "1") else "get" if request.name else "list"
+            else:
+                verb = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}[method]
+            resource = f"{res.plural}/{request.subresource}" if request.subresource else res.plural
+            calls.add((res.group or "", resource, verb))
+        return calls
+
     def wait_live(self) -> None:
         self.wait(lambda: httpx.get(f"http://127.0.0.1:{self.liveness_port}/healthz").status_code == 200,
                   "the operator's liveness endpoint")
@@ -213,3 +233,10 @@ def pod(name: str, worker: str, ip: str, **container_status: Any) -> dict[str, A
                                                   "app.kubernetes.io/instance": worker}},
             "spec": {"containers": [{"name": "worker", "image": "x"}]},
             "status": {"phase": "Running", "podIP": ip, "containerStatuses": [status]}}
+
+
+def not_allowed(calls: set[tuple[str, str, str]], rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    """The calls no PolicyRule grants (what a real API server would answer 403)."""
+    return {(group, resource, verb) for group, resource, verb in calls
+            if not any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"]
+                       for r in rules)}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from dbworker_operator import crd
 
 from tests.k8s.emulator import running
 from tests.k8s.harness import (
@@ -22,6 +23,7 @@ from tests.k8s.harness import (
     Operator,
     admission,
     free_port,
+    not_allowed,
     pod,
 )
 
@@ -223,3 +225,9 @@ def test_operator_metrics_count_reconciles_without_errors(op: Operator) -> None:
     op.wait(lambda: op.metric("dbworker_operator_workers", "") == workers
             and op.metric("dbworker_operator_workers_degraded", "") == degraded, "the Worker gauges")
     assert "Traceback" not in op.log()
+
+
+def test_every_api_call_is_allowed_by_the_generated_rbac_rules(op: Operator) -> None:
+    calls = op.api_calls()
+    assert ("dbworker.dev", "workers", "watch") in calls
+    assert not_allowed(calls, crd.rbac_rules()) == set()

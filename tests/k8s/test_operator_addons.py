@@ -11,9 +11,10 @@ import functools
 from collections.abc import Iterator
 
 import pytest
+from dbworker_operator import crd
 
 from tests.k8s.emulator import running
-from tests.k8s.harness import DEPLOYMENTS, NS, WORKERS, Operator, admission
+from tests.k8s.harness import DEPLOYMENTS, NS, WORKERS, Operator, admission, not_allowed
 
 SCALED_OBJECTS = f"/apis/keda.sh/v1alpha1/namespaces/{NS}/scaledobjects"
 POD_MONITORS = f"/apis/monitoring.coreos.com/v1/namespaces/{NS}/podmonitors"
@@ -77,3 +78,8 @@ def test_only_the_higher_priority_replica_acts(ops: tuple[Operator, Operator]) -
     leader.wait(lambda: leader.resync_passes() > passes + 3, "the leader's resync passes")
     assert standby.metric("dbworker_operator_reconciles_total", 'result="ok"') == 0, "the standby acted"
     assert standby.process.poll() is None
+
+
+def test_every_api_call_is_allowed_by_the_generated_rbac_rules(ops: tuple[Operator, Operator]) -> None:
+    for op in ops:
+        assert not_allowed(op.api_calls(), crd.rbac_rules()) == set()
