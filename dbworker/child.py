@@ -51,7 +51,8 @@ class Report:
     token: str
     outcome: str
     seconds: float
-    error: str | None = None
+    error: str | None = None  # the whole traceback, for the work record
+    summary: str = ""  # one line, for logs
 
 
 def _guard_commit(session: Session) -> None:
@@ -82,10 +83,13 @@ class Runner:
 
     def run(self, claim: claims.Claim) -> Report:
         start = time.perf_counter()
+        self._last_exc: BaseException | None = None
         outcome, error = self._execute(claim)
-        return Report(claim.source_id, claim.token, outcome, time.perf_counter() - start, error)
+        summary = redact.describe(self._last_exc, self.secrets) if self._last_exc is not None else ""
+        return Report(claim.source_id, claim.token, outcome, time.perf_counter() - start, error, summary)
 
     def _describe(self, exc: BaseException) -> str:
+        self._last_exc = exc
         text = "".join(traceback.format_exception(exc))
         return redact.redact(text, self.secrets)
 
@@ -105,7 +109,7 @@ class Runner:
                         f"handler returned {result!r}; it must return Finished() or Unfinished()"
                     )
                 session.flush()
-            except BaseException as exc:  # noqa: BLE001 - every handler error is reported, none escapes
+            except BaseException as exc:
                 _rollback(session)
                 if dialects.is_transient(exc):
                     return RETRY, self._describe(exc)
@@ -117,7 +121,7 @@ class Runner:
                     return LOST, None
                 session.info[_MAY_COMMIT] = True
                 session.commit()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 _rollback(session)
                 return RETRY, self._describe(exc)
             return (FINISHED if status is ExecutionStatus.FINISHED else UNFINISHED), None
@@ -129,7 +133,7 @@ class Runner:
         try:
             with self.engine.connect() as conn:
                 recorded = claims.fail(conn, self.table, claim, error)
-        except Exception:  # noqa: BLE001 - could not record: the coordinator gives the claim back
+        except Exception:
             return RETRY, error
         return (FAILED, error) if recorded else (LOST, error)
 
@@ -140,7 +144,7 @@ class Runner:
 def _rollback(session: Session) -> None:
     try:
         session.rollback()
-    except Exception:  # noqa: BLE001 - a dead connection cannot roll back; the server does it
+    except Exception:
         pass
 
 

@@ -27,16 +27,13 @@ class Unfinished:
 Outcome: TypeAlias = Finished | Unfinished
 
 
-class ExecutionStatus(str, enum.Enum):
+class ExecutionStatus(enum.StrEnum):
     """A work item's recorded status, stored as its value in the ``<name>_work`` table."""
 
     WORKING = "working"
     UNFINISHED = "unfinished"
     FINISHED = "finished"
     FAILED = "failed"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class Handler(Protocol):

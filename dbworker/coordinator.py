@@ -23,10 +23,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dbworker import claims, dialects, redact, status, tables, upgrade
 from dbworker.child import ChildConfig
-from dbworker.contract import Eligible, ExecutionStatus, Handler
+from dbworker.contract import Eligible, ExecutionStatus
+from dbworker.dialects import connect
 from dbworker.leases import LeaseKeeper
 from dbworker.observe import Observer, Observers
-from dbworker.scheduler import Settings, WorkerLoop, connect
+from dbworker.scheduler import Settings, WorkerLoop
 from dbworker.workers import RegisteredWorker, WorkerViews, check_concurrency, check_name
 
 log = logging.getLogger("dbworker")
@@ -352,6 +353,10 @@ class Coordinator:
         end = time.monotonic() + STOP_MARGIN_SECONDS
         for loop in self._loops:
             loop.thread.join(max(0.0, end - time.monotonic()))
+            if loop.alive:
+                # Stuck in a database call: its handler processes must not outlive us.
+                log.warning("dbworker worker %s: loop did not stop in time; ending its processes", loop.worker.name)
+                loop.pool.kill_all()
         if self._keeper is not None:
             self._keeper.stop()
             self._keeper.thread.join(max(0.0, end - time.monotonic()))
@@ -378,7 +383,7 @@ def _sqlite_wal(engine: Engine) -> None:
     try:
         with engine.connect() as conn:
             conn.exec_driver_sql("PRAGMA journal_mode=WAL")
-    except Exception as exc:  # noqa: BLE001 - a busy file keeps its mode; that is only slower
+    except Exception as exc:
         log.info("dbworker: could not switch SQLite to WAL: %s", redact.describe(exc))
 
 

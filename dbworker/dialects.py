@@ -14,7 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
-from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 # SQLite stores DateTime as text in this layout (SQLAlchemy's own), so server-side values
@@ -112,3 +112,15 @@ def is_transient(exc: BaseException) -> bool:
             return True
         return isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError)
     return isinstance(exc, sa.exc.DisconnectionError | ConnectionError | TimeoutError)
+
+
+def connect(engine: Engine) -> Connection:
+    """A connection for dbworker's own short transactions.
+
+    On MySQL/MariaDB they run READ COMMITTED: REPEATABLE READ's gap locks on the work table
+    would make concurrent claimers block and deadlock each other.
+    """
+    conn = engine.connect()
+    if conn.dialect.name in ("mysql", "mariadb"):
+        conn = conn.execution_options(isolation_level="READ COMMITTED")
+    return conn

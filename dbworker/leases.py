@@ -14,8 +14,9 @@ from collections.abc import Sequence
 
 from dbworker import claims, redact
 from dbworker.backoff import Backoff
+from dbworker.dialects import connect
 from dbworker.observe import Observer
-from dbworker.scheduler import WorkerLoop, connect
+from dbworker.scheduler import WorkerLoop
 
 log = logging.getLogger("dbworker")
 
@@ -66,7 +67,7 @@ class LeaseKeeper:
         try:
             with connect(loop.engine) as conn:
                 lost = claims.renew(conn, loop.worker.table, running, lease_seconds=self._lease)
-        except Exception as exc:  # noqa: BLE001 - retried; the lease has two more thirds to live
+        except Exception as exc:
             log.warning("dbworker worker %s: database error during renew: %s", name, redact.describe(exc, self._secrets))
             self._observer.db_error(name, operation="renew", error=exc)
             self._observer.renewed(name, result="error", count=len(running))

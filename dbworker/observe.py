@@ -104,7 +104,7 @@ def _safely(fn: object, *args: object, **kwargs: object) -> None:
     # An observer bug must never stop a worker loop.
     try:
         fn(*args, **kwargs)  # type: ignore[operator]
-    except Exception:  # noqa: BLE001
+    except Exception:
         import logging
 
         logging.getLogger("dbworker").exception("observer %r failed", fn)

@@ -205,6 +205,16 @@ class Pool:
                 s.process.kill()
         return len(busy)
 
+    def kill_all(self) -> None:
+        """Kill every process of the pool now (any thread): the last resort of a stop."""
+        with self._lock:
+            processes = [s.process for s in self._slots if s.process is not None]
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+        for process in processes:
+            process.join(timeout=5)
+
     def shutdown(self, timeout: float = 5.0) -> None:
         """Tell idle processes to exit, wait up to ``timeout``, kill what remains."""
         with self._lock:

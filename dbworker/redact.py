@@ -18,7 +18,7 @@ def safe_url(url: str | URL) -> str:
     """Render ``url`` with its password masked (``***``)."""
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - an unparsable URL is still masked textually
+    except Exception:
         return redact(str(url))
 
 
@@ -36,7 +36,7 @@ def url_secrets(url: str | URL) -> tuple[str, ...]:
     """The secret parts of ``url`` worth masking wherever they might be echoed."""
     try:
         password = make_url(url).password
-    except Exception:  # noqa: BLE001
+    except Exception:
         return ()
     return (str(password),) if password else ()
 

@@ -16,10 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Engine
 
 from dbworker import child, claims, redact
 from dbworker.backoff import Backoff
+from dbworker.dialects import connect
 from dbworker.observe import Observer
 from dbworker.pool import Died, Done, EndReason, Pool, describe_exit
 from dbworker.workers import RegisteredWorker
@@ -37,18 +38,6 @@ class Settings:
     lease_seconds: float
     poll_seconds: float
     max_poll_seconds: float
-
-
-def connect(engine: Engine) -> Connection:
-    """A connection for dbworker's own short transactions.
-
-    On MySQL/MariaDB they run READ COMMITTED: REPEATABLE READ's gap locks on the work table
-    would make concurrent claimers block and deadlock each other.
-    """
-    conn = engine.connect()
-    if conn.dialect.name in ("mysql", "mariadb"):
-        conn = conn.execution_options(isolation_level="READ COMMITTED")
-    return conn
 
 
 class Waker:
@@ -135,7 +124,7 @@ class WorkerLoop:
         try:
             self.pool.start()
             self._loop()
-        except BaseException:  # noqa: BLE001 - reported; health turns red through loop_ended
+        except BaseException:
             log.exception("dbworker worker %s: loop ended by an unexpected error", name)
         finally:
             try:
@@ -178,7 +167,7 @@ class WorkerLoop:
             if idle > 0 and now >= next_claim:
                 try:
                     taken = self._claim(idle)
-                except Exception as exc:  # noqa: BLE001 - the loop outlives every database error
+                except Exception as exc:
                     self._db_error("claim", exc)
                     next_claim = time.monotonic() + errors.next()
                     continue
@@ -195,7 +184,7 @@ class WorkerLoop:
                         conn.execute(sa.select(sa.literal(1)))
                     self._observer.heartbeat(self.worker.name, timestamp=time.time())
                     last_trip = time.monotonic()
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     self._db_error("claim", exc)
                     last_trip = time.monotonic() - settings.max_poll_seconds + errors.next()
 
@@ -235,7 +224,7 @@ class WorkerLoop:
             if outcome == child.FAILED:
                 log.warning(
                     "dbworker worker %s: handler failed for item %r: %s",
-                    name, ev.claim.source_id, _last_line(report.error),
+                    name, ev.claim.source_id, report.summary,
                 )
             elif outcome == child.LOST:
                 log.warning(
@@ -243,7 +232,11 @@ class WorkerLoop:
                     name, ev.claim.source_id,
                 )
             elif outcome == child.RETRY:
-                self._db_error("complete", RuntimeError(_last_line(report.error)))
+                log.warning(
+                    "dbworker worker %s: database error in the handler process for item %r: %s; "
+                    "the claim is given back", name, ev.claim.source_id, report.summary,
+                )
+                self._observer.db_error(name, operation="complete", error=RuntimeError(report.summary))
                 self._give_back(ev.claim)
                 outcome = child.LOST
             self._observer.executed(name, outcome=outcome, seconds=report.seconds)
@@ -267,7 +260,7 @@ class WorkerLoop:
             try:
                 with connect(self.engine) as conn:
                     claims.fail(conn, self.worker.table, ev.claim, error)
-            except Exception as exc:  # noqa: BLE001 - its lease expires and another takes it over
+            except Exception as exc:
                 self._db_error("complete", exc)
             self._observer.executed(name, outcome="crashed", seconds=None)
         self._observer.active(name, running=len(self.pool.busy_claims()))
@@ -277,7 +270,7 @@ class WorkerLoop:
         try:
             with connect(self.engine) as conn:
                 claims.release(conn, self.worker.table, claim)
-        except Exception as exc:  # noqa: BLE001 - its lease expires and another takes it over
+        except Exception as exc:
             self._db_error("complete", exc)
 
     def _db_error(self, operation: str, exc: BaseException) -> None:
@@ -287,7 +280,3 @@ class WorkerLoop:
         )
         self._observer.db_error(self.worker.name, operation=operation, error=exc)
 
-
-def _last_line(text: str | None) -> str:
-    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
-    return lines[-1] if lines else "(no message)"

@@ -7,7 +7,7 @@ databases to it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapper
@@ -21,7 +21,7 @@ def source_mapper(source: Any) -> Mapper[Any]:
     """The mapper of ``source``; ``ValueError`` if it is not a mapped class with one key column."""
     try:
         mapper = sa.inspect(source, raiseerr=False)
-    except Exception:  # noqa: BLE001 - anything uninspectable is "not a mapped class"
+    except Exception:
         mapper = None
     if not isinstance(mapper, Mapper):
         raise ValueError(f"source must be a mapped SQLAlchemy class, got {source!r}")
@@ -35,7 +35,7 @@ def source_mapper(source: Any) -> Mapper[Any]:
 
 def source_key(source: Any) -> sa.Column[Any]:
     """The single primary-key column of ``source``."""
-    return source_mapper(source).primary_key[0]
+    return cast("sa.Column[Any]", source_mapper(source).primary_key[0])
 
 
 def table_name(worker: str) -> str:
@@ -53,7 +53,7 @@ def work_table(worker: str, source: Any) -> sa.Table:
     a different table already using the name is a ``ValueError``.
     """
     key = source_key(source)
-    metadata = source_mapper(source).local_table.metadata
+    metadata = cast(sa.Table, source_mapper(source).local_table).metadata
     name = table_name(worker)
     existing = metadata.tables.get(name)
     if existing is not None:

@@ -37,7 +37,7 @@ class Database:
 
 
 def _postgres(name: str) -> Iterator[Database]:
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with admin.connect() as conn:
         conn.exec_driver_sql(f'CREATE SCHEMA "{name}"')
     url = f"{PG_ADMIN_URL}?options=-csearch_path%3D{name}"
@@ -53,7 +53,7 @@ def _postgres(name: str) -> Iterator[Database]:
 
 
 def _mariadb(name: str) -> Iterator[Database]:
-    admin = sa.create_engine(MARIADB_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    admin = sa.create_engine(MARIADB_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with admin.connect() as conn:
         conn.exec_driver_sql(f"CREATE DATABASE `{name}`")
     url = MARIADB_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"

@@ -100,10 +100,17 @@ def handle(item: Item, session: Session) -> Outcome:
     return Finished()
 
 
-def build(url: str, *, concurrency: int = 2, eligible: Any = None, **settings: Any) -> Coordinator:
-    """A coordinator on ``url`` with worker ``items`` (tables created)."""
-    engine = sa.create_engine(url, pool_pre_ping=True)
+def create_app_tables(engine: sa.Engine) -> None:
     Base.metadata.create_all(engine, tables=[Item.__table__, Output.__table__, Started.__table__])
+
+
+def build(
+    url: str, *, concurrency: int = 2, eligible: Any = None, app_tables: bool = True, **settings: Any
+) -> Coordinator:
+    """A coordinator on ``url`` with worker ``items`` (application and work tables created)."""
+    engine = sa.create_engine(url, pool_pre_ping=True)
+    if app_tables:
+        create_app_tables(engine)
     coordinator = Coordinator(sessionmaker(engine), database_url=url, **settings)
     coordinator.transactional_worker(name="items", source=Item, eligible=eligible, concurrency=concurrency)(handle)
     coordinator.create_worker_tables()

@@ -25,7 +25,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     if args.create_tables:
-        basic.build(args.url)  # creates tables; then exit
+        basic.build(args.url, app_tables=False)  # create_worker_tables() only; then exit
         print("created", flush=True)
         return
     coordinator = basic.build(
