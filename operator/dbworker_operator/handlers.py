@@ -149,6 +149,7 @@ async def resync_once(runtime: Runtime) -> None:
     for key in set(runtime.locks) - seen:
         if not runtime.locks[key].locked():
             del runtime.locks[key]
+    runtime.metrics.resync_passes.inc()
 
 
 async def reconcile(runtime: Runtime, body: dict[str, Any], *, trigger: str) -> None:

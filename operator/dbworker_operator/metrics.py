@@ -21,6 +21,7 @@ class OperatorMetrics:
     reconcile_duration: Histogram
     objects_applied: Counter
     scrape_failures: Counter
+    resync_passes: Counter
     workers: Gauge
     degraded: Gauge
 
@@ -38,6 +39,9 @@ def build(registry: CollectorRegistry) -> OperatorMetrics:
                                 ["action"], registry=registry),
         scrape_failures=Counter("dbworker_operator_pod_scrape_failures_total",
                                 "Worker pods whose /metrics did not answer.", registry=registry),
+        resync_passes=Counter("dbworker_operator_resync_passes_total",
+                              "Completed passes of the periodic resync (paused replicas count passes too).",
+                              registry=registry),
         workers=Gauge("dbworker_operator_workers", "Worker objects reconciled by this operator.",
                       registry=registry),
         degraded=Gauge("dbworker_operator_workers_degraded", "Worker objects whose Degraded condition is True.",

@@ -199,7 +199,7 @@ class Operator:
         return 0.0
 
     def resync_passes(self) -> float:
-        return self.metric("dbworker_operator_reconciles_total", 'kind="resync",result="ok"')
+        return self.metric("dbworker_operator_resync_passes_total", "")
 
     def api_calls(self) -> set[tuple[str, str, str]]:
         """(apiGroup, resource[/subresource], verb) of every API request not made by the tests."""

@@ -9,6 +9,7 @@ test uses its own Worker. The test acts as kubectl and as the Deployment control
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from dbworker_operator import crd
@@ -71,40 +72,50 @@ def test_create_builds_the_deployment_and_reports_ready(op: Operator) -> None:
     assert "s3cret" not in op.log()
 
 
+def _running_worker(op: Operator, name: str, **spec: Any) -> dict[str, Any]:
+    """A Worker with its Secret, once its Deployment exists; returns the Deployment."""
+    op.secret(f"{name}-db", {"url": "sqlite:///x"})
+    op.worker(name, **spec)
+    return dict(op.wait(lambda: op.get(f"{DEPLOYMENTS}/{name}"), f"{name}'s Deployment"))
+
+
 def test_update_rolls_out_the_new_spec(op: Operator) -> None:
-    op.wait(lambda: op.get(f"{DEPLOYMENTS}/alpha"), "alpha's Deployment")
-    op.patch(f"{WORKERS}/alpha", {"spec": {"image": "registry.example/imgdedup:2.0", "concurrency": {"hash": 3}}})
+    _running_worker(op, "upd", workers=["hash"], nodeSelector={"disk": "ssd"})
+    op.patch(f"{WORKERS}/upd", {"spec": {"image": "registry.example/imgdedup:2.0", "concurrency": {"hash": 3},
+                                         "nodeSelector": None}})
     def rolled() -> bool:
-        dep = op.get(f"{DEPLOYMENTS}/alpha") or {}
-        container = dep["spec"]["template"]["spec"]["containers"][0]
-        env = {e["name"]: e.get("value") for e in container["env"]}
-        return container["image"].endswith(":2.0") and env.get("DBWORKER_CONCURRENCY") == "hash=3"
-    op.wait(rolled, "the new image and concurrency in the Deployment")
-    op.act_as_deployment_controller("alpha")
-    op.wait(lambda: (op.get(f"{WORKERS}/alpha") or {}).get("status", {}).get("observedGeneration") == 2,
+        dep = op.get(f"{DEPLOYMENTS}/upd") or {}
+        pod_spec = dep["spec"]["template"]["spec"]
+        env = {e["name"]: e.get("value") for e in pod_spec["containers"][0]["env"]}
+        return (pod_spec["containers"][0]["image"].endswith(":2.0") and env.get("DBWORKER_CONCURRENCY") == "hash=3"
+                and "nodeSelector" not in pod_spec)
+    op.wait(rolled, "the new image and concurrency in the Deployment, the dropped nodeSelector gone")
+    op.act_as_deployment_controller("upd")
+    op.wait(lambda: (op.get(f"{WORKERS}/upd") or {}).get("status", {}).get("observedGeneration") == 2,
             "observedGeneration 2")
 
 
 def test_scale_subresource_scales_the_deployment(op: Operator) -> None:
-    response = op.api.patch(f"{WORKERS}/alpha/scale", json={"spec": {"replicas": 4}}, headers=MERGE)
+    _running_worker(op, "scl")
+    response = op.api.patch(f"{WORKERS}/scl/scale", json={"spec": {"replicas": 4}}, headers=MERGE)
     assert response.status_code == 200, response.text
-    op.wait(lambda: (op.get(f"{DEPLOYMENTS}/alpha") or {})["spec"].get("replicas") == 4, "4 replicas")
-    op.act_as_deployment_controller("alpha")
-    op.wait(lambda: (op.get(f"{WORKERS}/alpha") or {}).get("status", {}).get("replicas") == 4, "status.replicas 4")
+    op.wait(lambda: (op.get(f"{DEPLOYMENTS}/scl") or {})["spec"].get("replicas") == 4, "4 replicas")
+    op.act_as_deployment_controller("scl")
+    op.wait(lambda: (op.get(f"{WORKERS}/scl") or {}).get("status", {}).get("replicas") == 4, "status.replicas 4")
 
 
 def test_drift_is_put_back(op: Operator) -> None:
-    dep = op.wait(lambda: op.get(f"{DEPLOYMENTS}/alpha"), "alpha's Deployment")
+    dep = _running_worker(op, "drf", replicas=2)
     containers = dep["spec"]["template"]["spec"]["containers"]
     containers[0]["image"] = "evil:latest"
-    op.patch(f"{DEPLOYMENTS}/alpha", {"spec": {"replicas": 9, "template": {"spec": {"containers": containers}}}})
+    op.patch(f"{DEPLOYMENTS}/drf", {"spec": {"replicas": 9, "template": {"spec": {"containers": containers}}}})
     def restored() -> bool:
-        current = op.get(f"{DEPLOYMENTS}/alpha") or {}
+        current = op.get(f"{DEPLOYMENTS}/drf") or {}
         image = str(current["spec"]["template"]["spec"]["containers"][0]["image"])
-        return image.endswith(":2.0") and current["spec"]["replicas"] == 4
+        return image == "registry.example/imgdedup:1.0" and current["spec"]["replicas"] == 2
     op.wait(restored, "the edited Deployment restored")
-    op.delete(f"{DEPLOYMENTS}/alpha")
-    recreated = op.wait(lambda: op.get(f"{DEPLOYMENTS}/alpha"), "the deleted Deployment recreated")
+    op.delete(f"{DEPLOYMENTS}/drf")
+    recreated = op.wait(lambda: op.get(f"{DEPLOYMENTS}/drf"), "the deleted Deployment recreated")
     assert recreated["metadata"]["uid"] != dep["metadata"]["uid"]
 
 
@@ -206,13 +217,13 @@ def test_autoscaling_without_keda_says_why_nothing_scales(op: Operator) -> None:
 
 
 def test_deleting_the_worker_removes_what_it_owns(op: Operator) -> None:
-    op.wait(lambda: op.get(f"{DEPLOYMENTS}/alpha"), "alpha's Deployment")
-    op.delete(f"{WORKERS}/alpha")  # no finalizer: gone at once, owner references do the rest
-    op.wait(lambda: op.get(f"{WORKERS}/alpha") is None, "the Worker gone")
-    op.wait(lambda: op.get(f"{DEPLOYMENTS}/alpha") is None, "its Deployment collected")
+    _running_worker(op, "del")
+    op.delete(f"{WORKERS}/del")  # no finalizer: gone at once, owner references do the rest
+    op.wait(lambda: op.get(f"{WORKERS}/del") is None, "the Worker gone")
+    op.wait(lambda: op.get(f"{DEPLOYMENTS}/del") is None, "its Deployment collected")
     passes = op.resync_passes()
     op.wait(lambda: op.resync_passes() > passes + 3, "a few more resync passes")
-    assert op.get(f"{DEPLOYMENTS}/alpha") is None, "the operator must not resurrect a deleted Worker's objects"
+    assert op.get(f"{DEPLOYMENTS}/del") is None, "the operator must not resurrect a deleted Worker's objects"
 
 
 def test_operator_metrics_count_reconciles_without_errors(op: Operator) -> None:

@@ -74,8 +74,12 @@ def test_dropping_features_deletes_their_objects(ops: tuple[Operator, Operator])
 
 def test_only_the_higher_priority_replica_acts(ops: tuple[Operator, Operator]) -> None:
     leader, standby = ops
-    passes = leader.resync_passes()
-    leader.wait(lambda: leader.resync_passes() > passes + 3, "the leader's resync passes")
+    leader.secret("peered-db", {"url": "sqlite:///x"})
+    leader.worker("peered")
+    leader.wait(lambda: leader.get(f"{DEPLOYMENTS}/peered"), "the leader's Deployment")
+    passes = standby.resync_passes()
+    leader.wait(lambda: standby.resync_passes() > passes + 2, "the standby's resync passes")
+    assert leader.metric("dbworker_operator_reconciles_total", 'kind="resync",result="ok"') > 0
     assert standby.metric("dbworker_operator_reconciles_total", 'result="ok"') == 0, "the standby acted"
     assert standby.process.poll() is None
 
