@@ -63,13 +63,17 @@ def test_keda_pod_monitor_and_budget_are_created_and_replicas_left_to_keda(ops: 
 
 def test_dropping_features_deletes_their_objects(ops: tuple[Operator, Operator]) -> None:
     op, _ = ops
-    op.wait(lambda: op.get(f"{SCALED_OBJECTS}/scaled"), "the ScaledObject")
-    op.patch(f"{WORKERS}/scaled", {"spec": {"autoscaling": None, "disruptionBudget": None,
-                                            "metrics": {"podMonitor": False}, "replicas": 3}})
-    op.wait(lambda: op.get(f"{SCALED_OBJECTS}/scaled") is None, "the ScaledObject deleted")
-    op.wait(lambda: op.get(f"{PDBS}/scaled") is None, "the PodDisruptionBudget deleted")
-    op.wait(lambda: op.get(f"{POD_MONITORS}/scaled") is None, "the PodMonitor deleted")
-    op.wait(lambda: (op.get(f"{DEPLOYMENTS}/scaled") or {})["spec"]["replicas"] == 3, "spec.replicas back in charge")
+    op.secret("dropped-db", {"url": "sqlite:///x"})
+    op.worker("dropped", autoscaling={"maxReplicas": 4}, metrics={"podMonitor": True},
+              disruptionBudget={"minAvailable": "50%"})
+    for path in (f"{SCALED_OBJECTS}/dropped", f"{POD_MONITORS}/dropped", f"{PDBS}/dropped"):
+        op.wait(functools.partial(op.get, path), path)
+    op.patch(f"{WORKERS}/dropped", {"spec": {"autoscaling": None, "disruptionBudget": None,
+                                             "metrics": {"podMonitor": False}, "replicas": 3}})
+    op.wait(lambda: op.get(f"{SCALED_OBJECTS}/dropped") is None, "the ScaledObject deleted")
+    op.wait(lambda: op.get(f"{PDBS}/dropped") is None, "the PodDisruptionBudget deleted")
+    op.wait(lambda: op.get(f"{POD_MONITORS}/dropped") is None, "the PodMonitor deleted")
+    op.wait(lambda: (op.get(f"{DEPLOYMENTS}/dropped") or {})["spec"]["replicas"] == 3, "spec.replicas back in charge")
 
 
 def test_only_the_higher_priority_replica_acts(ops: tuple[Operator, Operator]) -> None:
