@@ -105,7 +105,13 @@ def create_app_tables(engine: sa.Engine) -> None:
 
 
 def build(
-    url: str, *, concurrency: int = 2, eligible: Any = None, app_tables: bool = True, **settings: Any
+    url: str,
+    *,
+    concurrency: int = 2,
+    eligible: Any = None,
+    app_tables: bool = True,
+    work_tables: bool = True,
+    **settings: Any,
 ) -> Coordinator:
     """A coordinator on ``url`` with worker ``items`` (application and work tables created)."""
     engine = sa.create_engine(url, pool_pre_ping=True)
@@ -113,7 +119,8 @@ def build(
         create_app_tables(engine)
     coordinator = Coordinator(sessionmaker(engine), database_url=url, **settings)
     coordinator.transactional_worker(name="items", source=Item, eligible=eligible, concurrency=concurrency)(handle)
-    coordinator.create_worker_tables()
+    if work_tables:
+        coordinator.create_worker_tables()
     return coordinator
 
 

@@ -1,0 +1,128 @@
+"""A database created by 0.0.1 keeps working: upgrade twice, from many processes, equals a fresh install.
+
+The 0.0.1 layout is spelled out here exactly: ``source_id`` (primary key, foreign key),
+``execution_status``, ``claim_token`` String(36), ``lease_expires_at`` (indexed), ``error`` Text.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from dbworker import ExecutionStatus, upgrade
+from tests.apps import basic
+from tests.conftest import Database
+from tests.helpers import wait_until
+from tests.integration.conftest import FAST
+
+
+def old_layout(metadata: sa.MetaData) -> sa.Table:
+    """``items_work`` exactly as dbworker 0.0.1 created it."""
+    items = sa.Table("items", metadata, sa.Column("id", sa.Integer, primary_key=True))
+    return sa.Table(
+        "items_work",
+        metadata,
+        sa.Column("source_id", sa.Integer, sa.ForeignKey(items.c.id), primary_key=True, autoincrement=False),
+        sa.Column("execution_status", sa.String(16), nullable=False),
+        sa.Column("claim_token", sa.String(36)),
+        sa.Column("lease_expires_at", sa.DateTime, index=True),
+        sa.Column("error", sa.Text),
+    )
+
+
+def schema(engine: sa.Engine, table: str) -> dict[str, Any]:
+    """The reflected layout of ``table``, in comparable form."""
+    inspector = sa.inspect(engine)
+    return {
+        "columns": [
+            (c["name"], type(c["type"]).__name__, getattr(c["type"], "length", None), c["nullable"])
+            for c in inspector.get_columns(table)
+        ],
+        "pk": inspector.get_pk_constraint(table)["constrained_columns"],
+        "fks": sorted((tuple(f["constrained_columns"]), f["referred_table"]) for f in inspector.get_foreign_keys(table)),
+        "indexes": sorted(
+            (ix["name"], tuple(ix["column_names"]), bool(ix["unique"]))
+            for ix in inspector.get_indexes(table)
+            if not ix["name"].startswith("items_work_ibfk")  # MariaDB's implicit FK index
+            and ix["column_names"] != ["source_id"]
+        ),
+    }
+
+
+def _upgrade_in_process(url: str) -> list[str]:
+    c = basic.build(url, app_tables=False, work_tables=False)
+    return c.upgrade_worker_tables()
+
+
+def build_old_database(db: Database) -> None:
+    basic.create_app_tables(db.engine)
+    old = old_layout(sa.MetaData())
+    old.create(db.engine)
+    with Session(db.engine) as s:
+        s.execute(sa.insert(basic.Item), [{"action": "finish"} for _ in range(4)])
+        s.execute(
+            sa.insert(old),
+            [
+                {"source_id": 1, "execution_status": "finished", "error": None},
+                {"source_id": 2, "execution_status": "failed", "error": "boom"},
+                {"source_id": 3, "execution_status": "unfinished", "error": None},
+            ],
+        )
+        s.commit()
+
+
+def test_old_layout_upgrades_to_a_fresh_install_from_many_processes(db: Database, tmp_path: Any) -> None:
+    build_old_database(db)
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        changes = pool.map(_upgrade_in_process, [db.url] * 4)
+    assert sum(len(c) for c in changes) == 1  # exactly one process added the index
+    assert _upgrade_in_process(db.url) == []  # a second upgrade is a no-op
+    upgraded = schema(db.engine, "items_work")
+    fresh_db = tmp_path / "fresh"
+    fresh_db.mkdir()
+    from tests.conftest import open_database
+
+    gen = open_database(db.backend, fresh_db)
+    fresh = next(gen)
+    try:
+        basic.build(fresh.url)
+        assert upgraded == schema(fresh.engine, "items_work")
+    finally:
+        gen.close()
+
+
+def test_old_database_keeps_working_before_and_after_the_upgrade(db: Database) -> None:
+    build_old_database(db)
+    c = basic.build(db.url, app_tables=False, work_tables=False, **FAST)
+    work = c.workers["items"].table
+    assert not upgrade.current(db.engine, work)
+    c.start()  # before the upgrade: the old layout serves claims as it did
+
+    def status(coordinator: Any, item: int) -> ExecutionStatus | None:
+        with Session(db.engine) as s:  # a fresh transaction each time (MariaDB reads repeatably)
+            return coordinator.execution_status(s, worker="items", source_id=item)  # type: ignore[no-any-return]
+
+    try:
+        wait_until(
+            lambda: status(c, 4) is ExecutionStatus.FINISHED and status(c, 3) is ExecutionStatus.FINISHED,
+            what="unclaimed and unfinished items of the old database to finish",
+        )
+        assert status(c, 2) is ExecutionStatus.FAILED
+        with Session(db.engine) as s:
+            assert c.workers["items"].state(s, 2)["error"] == "boom"  # type: ignore[index]
+            assert s.scalar(sa.select(sa.func.count()).select_from(basic.Output).where(basic.Output.item_id == 1)) == 0
+    finally:
+        c.stop()
+    assert c.upgrade_worker_tables() == [f"added index {next(iter(ix.name for ix in work.indexes if 'status' in str(ix.name)))}"]
+    assert upgrade.current(db.engine, work)
+    c2 = basic.build(db.url, app_tables=False, work_tables=False, **FAST)
+    [new] = basic.add_items(db.engine, ["finish"])
+    c2.start()
+    try:
+        wait_until(lambda: status(c2, new) is ExecutionStatus.FINISHED, what="a new item after the upgrade")
+    finally:
+        c2.stop()
