@@ -179,3 +179,15 @@ def test_owner_reference_points_at_the_worker() -> None:
     assert manifest["metadata"]["ownerReferences"] == [{
         "apiVersion": "dbworker.dev/v1alpha1", "kind": "Worker", "name": "imgdedup", "uid": "0000-uid",
         "controller": True, "blockOwnerDeletion": True}]
+
+
+def test_the_validation_has_teeth() -> None:
+    """A built Deployment with one wrong field fails the same check the builders pass."""
+    broken = deployment.build(spec.parse(samples.minimal()), replicas=1)
+    broken["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "metrics"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        _validate(broken)
+    unknown = deployment.build(spec.parse(samples.minimal()), replicas=1)
+    unknown["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGett"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        _validate(unknown)
