@@ -35,17 +35,22 @@ class Claim:
     taken_over: bool = False
 
 
-def blocked(table: sa.Table, key: sa.ColumnElement[Any], caps: dialects.Capabilities) -> sa.ColumnElement[bool]:
+def blocked(
+    table: sa.Table, key: sa.ColumnElement[Any], caps: dialects.Capabilities, *, after: Any = None
+) -> sa.ColumnElement[bool]:
     """EXISTS a work record that keeps ``key``'s row from being claimed now.
 
     Correlated on the work table's primary key, so its cost per candidate row is one index
-    probe, whatever the number of finished items.
+    probe. ``after`` repeats a sweep cursor inside, so a planner that turns this into a merge
+    anti-join starts the work table's index at the cursor too, not at its first finished row.
     """
     w = table.c
+    cursor = [w.source_id > after] if after is not None else []
     return (
         sa.select(sa.literal(1))
         .where(
             w.source_id == key,
+            *cursor,
             sa.or_(
                 w.execution_status.in_(DONE),
                 sa.and_(w.execution_status == WORKING, w.lease_expires_at > caps.now()),
@@ -55,21 +60,46 @@ def blocked(table: sa.Table, key: sa.ColumnElement[Any], caps: dialects.Capabili
     )
 
 
-def claimable(
-    table: sa.Table,
-    key: sa.Column[Any],
-    eligible: Callable[[], sa.Select[Any]] | None,
-    caps: dialects.Capabilities,
-) -> sa.Select[Any]:
-    """The worker's eligible query narrowed to claimable rows, selecting only the source key.
-
-    The application's filters, joins and ordering are kept, so the first claimable row in
-    its order comes first.
-    """
+def eligible_query(eligible: Callable[[], sa.Select[Any]] | None, key: sa.Column[Any]) -> sa.Select[Any]:
+    """The application's eligible query (called afresh), or every row of the source."""
     query = sa.select(key.table) if eligible is None else eligible()
     if not isinstance(query, sa.Select):
         raise TypeError(f"eligible() must return a select() over the source, got {type(query).__name__}")
-    return query.with_only_columns(key, maintain_column_froms=True).where(~blocked(table, key, caps))
+    return query
+
+
+def claimable(
+    table: sa.Table,
+    key: sa.Column[Any],
+    query: sa.Select[Any],
+    caps: dialects.Capabilities,
+    *,
+    after: Any = None,
+) -> sa.Select[Any]:
+    """``query`` (the eligible one) narrowed to claimable rows, selecting only the source key.
+
+    The application's filters, joins and ordering are kept, so the first claimable row in
+    its order comes first. ``after`` keeps only keys above a sweep cursor.
+    """
+    query = query.with_only_columns(key, maintain_column_froms=True)
+    if after is not None:
+        query = query.where(key > after)
+    return query.where(~blocked(table, key, caps, after=after))
+
+
+def is_ordered(query: sa.Select[Any]) -> bool:
+    """Whether the application's query fixes an order of its own."""
+    return bool(getattr(query, "_order_by_clauses", ()))
+
+
+@dataclass(frozen=True)
+class Round:
+    """One claim round trip: what was taken, how many candidates were seen, the last key seen."""
+
+    taken: list[Claim]
+    seen: int
+    last_key: Any
+    swept: bool  # the query walked key order from a cursor (the eligible query has no order)
 
 
 def claim(
@@ -80,20 +110,31 @@ def claim(
     eligible: Callable[[], sa.Select[Any]] | None,
     limit: int,
     lease_seconds: float,
-) -> list[Claim]:
+    after: Any = None,
+) -> Round:
     """Claim up to ``limit`` items in one transaction, which this function commits.
+
+    When the eligible query has no order of its own, candidates are taken in key order
+    after the cursor ``after`` (None: from the start), so finished history below the cursor
+    is never walked again; the caller moves the cursor and wraps it.
 
     Locks: on PostgreSQL, MySQL 8.0.1+ and MariaDB 10.6+ the candidate source rows are
     locked FOR UPDATE SKIP LOCKED until the commit; the work rows written are row-locked
     as any INSERT/UPDATE. Elsewhere (SQLite) the conditional writes alone decide.
     """
     caps = dialects.of(conn)
-    query = claimable(table, key, eligible, caps).limit(limit)
+    base = eligible_query(eligible, key)
+    swept = not is_ordered(base)
+    query = claimable(table, key, base, caps, after=after if swept else None)
+    if swept:
+        query = query.order_by(key)
+    query = query.limit(limit)
     if caps.skip_locked:
         query = query.with_for_update(skip_locked=True, of=key.table if caps.lock_of else None)
     taken: list[Claim] = []
     try:
-        for source_id in conn.execute(query).scalars().all():
+        candidates = conn.execute(query).scalars().all()
+        for source_id in candidates:
             result = take(conn, table, source_id, caps=caps, lease_seconds=lease_seconds)
             if result is not None:
                 taken.append(result)
@@ -101,7 +142,7 @@ def claim(
     except BaseException:
         conn.rollback()
         raise
-    return taken
+    return Round(taken, len(candidates), candidates[-1] if candidates else None, swept)
 
 
 def take(

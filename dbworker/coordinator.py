@@ -208,7 +208,8 @@ class Coordinator:
         w = self._get(worker)
         with connect(self.engine) as conn:
             caps = dialects.of(conn)
-            query = claims.claimable(w.table, w.key, w.eligible, caps).limit(cap).subquery()
+            eligible = claims.eligible_query(w.eligible, w.key)
+            query = claims.claimable(w.table, w.key, eligible, caps).limit(cap).subquery()
             return int(conn.execute(sa.select(sa.func.count()).select_from(query)).scalar_one())
 
     def ping(self) -> None:

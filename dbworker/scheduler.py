@@ -14,9 +14,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from dbworker import child, claims, redact
 from dbworker.backoff import Backoff
@@ -93,6 +94,9 @@ class WorkerLoop:
         self._waker = Waker()
         self._stopping = threading.Event()
         self._claim_now = False
+        # Key-order sweep cursor for eligible queries without an order (see claims.claim).
+        self._cursor: Any = None
+        self._wrap_at = 0.0
         self.thread = threading.Thread(target=self._run, name=f"dbworker-{worker.name}", daemon=True)
 
     # --- control, from any thread ------------------------------------------------------
@@ -192,14 +196,17 @@ class WorkerLoop:
         w = self.worker
         start = time.perf_counter()
         with connect(self.engine) as conn:
-            taken = claims.claim(
-                conn,
-                table=w.table,
-                key=w.key,
-                eligible=w.eligible,
-                limit=limit,
-                lease_seconds=self._settings.lease_seconds,
-            )
+            if time.monotonic() >= self._wrap_at:
+                self._cursor = None  # sweep from the start now and then: lower keys may be ready again
+            rnd = self._round(conn, limit)
+            if rnd.swept and rnd.seen < limit and self._cursor is not None:
+                # The tail is exhausted: wrap around and look below the cursor at once.
+                self._cursor = None
+                more = self._round(conn, limit - len(rnd.taken))
+                rnd = claims.Round(rnd.taken + more.taken, rnd.seen + more.seen, more.last_key, True)
+            if rnd.swept and rnd.last_key is not None:
+                self._cursor = rnd.last_key
+        taken = rnd.taken
         seconds = time.perf_counter() - start
         taken_over = [c for c in taken if c.taken_over]
         for c in taken_over:
@@ -214,6 +221,19 @@ class WorkerLoop:
         if taken:
             self._observer.active(w.name, running=len(self.pool.busy_claims()))
         return taken
+
+    def _round(self, conn: Connection, limit: int) -> claims.Round:
+        if self._cursor is None:
+            self._wrap_at = time.monotonic() + self._settings.max_poll_seconds
+        return claims.claim(
+            conn,
+            table=self.worker.table,
+            key=self.worker.key,
+            eligible=self.worker.eligible,
+            limit=limit,
+            lease_seconds=self._settings.lease_seconds,
+            after=self._cursor,
+        )
 
     def _handle(self, ev: Done | Died) -> bool:
         """Record one pool event; True when a slot became free for claiming."""

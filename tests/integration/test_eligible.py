@@ -57,16 +57,14 @@ def test_has_execution_status_makes_one_worker_wait_for_another(app: App) -> Non
     c.start()
     app.wait_status([b])
     wait_until(lambda: app.started(a), what="item a to start")
-    with Session(app.db.engine) as s:
-        assert c.execution_status(s, worker="second", source_id=b) in (ExecutionStatus.WORKING, ExecutionStatus.FINISHED)
-        assert c.execution_status(s, worker="second", source_id=a) is None  # waits for "items"
-    app.update_item(a, release=True)
-
-    def second_done() -> bool:
+    def second(item: int) -> ExecutionStatus | None:
         with Session(app.db.engine) as s:
-            return c.execution_status(s, worker="second", source_id=a) is ExecutionStatus.FINISHED
+            return c.execution_status(s, worker="second", source_id=item)
 
-    wait_until(second_done, what="the dependent worker to finish item a")
+    wait_until(lambda: second(b) is ExecutionStatus.FINISHED, what="the dependent worker to finish item b")
+    assert second(a) is None  # still waits for "items" to finish a
+    app.update_item(a, release=True)
+    wait_until(lambda: second(a) is ExecutionStatus.FINISHED, what="the dependent worker to finish item a")
 
 
 def test_has_execution_status_with_values_and_columns(app: App) -> None:

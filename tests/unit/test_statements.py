@@ -37,7 +37,7 @@ def _dialect(name: str) -> tuple[Dialect, dialects.Capabilities]:
 @pytest.mark.parametrize("name", ["sqlite", "postgresql", "mysql", "mariadb"])
 def test_claim_path_compiles(name: str) -> None:
     d, caps = _dialect(name)
-    query = claims.claimable(TABLE, KEY, basic.ready_items, caps).limit(2)
+    query = claims.claimable(TABLE, KEY, claims.eligible_query(basic.ready_items, KEY), caps, after=7).limit(2)
     if caps.skip_locked:
         query = query.with_for_update(skip_locked=True, of=KEY.table if caps.lock_of else None)
     sql = str(query.compile(dialect=d))
