@@ -112,6 +112,12 @@ def _fmt(value: float | None, digits: int) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _ratio(value: float | None) -> str:
+    if not value:
+        return "-"
+    return f"{value:.2f}x" if value >= 0.1 else f"{value:.2g}x"
+
+
 def _cell(stat: Stat | None, digits: int) -> str:
     if stat is None:
         return "n/a"
@@ -158,7 +164,7 @@ def render(runs: Sequence[Mapping[str, Any]], systems: Sequence[str]) -> str:
         for metric in METRICS:
             adv = summary[metric.key]["dbworker_advantage"]
             ratio_rows.append(
-                [metric.label] + [f"{adv[p]:.2f}x" if adv.get(p) else "-" for p in peers]
+                [metric.label] + [_ratio(adv.get(p)) for p in peers]
             )
         parts.append("")
         parts.append("dbworker's advantage over each peer (medians; > 1 means dbworker is better)")
@@ -190,6 +196,11 @@ def render(runs: Sequence[Mapping[str, Any]], systems: Sequence[str]) -> str:
         parts.append(f"{len(partial)} drain(s) hit the time budget (their rate counts the items done):")
         for r in partial:
             parts.append(f"  {r['system']} {r['workload']} repeat {r['repeat']}: {r.get('note')}")
+    versions = sorted({str(r["library"]) for r in runs if r.get("library")})
+    if len(versions) > 1:
+        parts.append("")
+        parts.append(f"WARNING: dbworker's source changed during this run ({', '.join(versions)}): "
+                     "its figures mix versions; run again.")  # fmt: skip
     failed = [r for r in runs if r.get("error")]
     if failed:
         parts.append("")

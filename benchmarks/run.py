@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import os
 import platform
@@ -72,10 +73,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=RESULTS, help="where JSON, PNG and logs go")
     args = parser.parse_args(argv)  # fmt: skip
     full = not args.quick
-    args.items = args.items or (5000 if full else 1000)
-    args.latency_items = args.latency_items or (150 if full else 30)
-    args.repeats = args.repeats or (3 if full else 2)
-    args.budget = args.budget or (300.0 if full else 45.0)
+    if args.items is None:
+        args.items = 5000 if full else 1000
+    if args.latency_items is None:
+        args.latency_items = 150 if full else 30
+    if args.repeats is None:
+        args.repeats = 3 if full else 2
+    if args.budget is None:
+        args.budget = 300.0 if full else 45.0
     for flag, value, known in (
         ("--systems", args.systems, ALL_SYSTEMS),
         ("--dbworker-databases", args.dbworker_databases, ALL_DBWORKER_DATABASES),
@@ -89,6 +94,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          ("--fanout-pods", args.fanout_pods)):  # fmt: skip
         if number < 1:
             parser.error(f"{flag} must be at least 1, got {number}")
+    if args.budget <= 0:
+        parser.error(f"--budget must be a positive number of seconds, got {args.budget}")
     if args.history < 0:
         parser.error(f"--history must be 0 or more, got {args.history}")
     return args
@@ -235,6 +242,14 @@ def machine_info(args: argparse.Namespace) -> dict[str, Any]:
     return info
 
 
+def library_fingerprint() -> str:
+    """A short hash of dbworker's sources as its pods import them (the checkout may change)."""
+    digest = hashlib.sha1()
+    for path in sorted((ROOT / "dbworker").rglob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:10]
+
+
 def _terminate(signum: int, frame: FrameType | None) -> None:
     # Unwind through run_once's finally blocks, which stop every pod.
     raise KeyboardInterrupt(f"signal {signum}")
@@ -277,7 +292,10 @@ def main(argv: list[str] | None = None) -> int:
                         redis_client=redis_client, log_dir=log_dir, cwd=ROOT, rng=rng,
                         budget=args.budget,
                     )  # fmt: skip
-                    runs.append(result.as_dict())
+                    record = result.as_dict()
+                    if system.name.startswith("dbworker"):
+                        record["library"] = library_fingerprint()
+                    runs.append(record)
                     print(_progress(result, time.monotonic() - t0), flush=True)
     except KeyboardInterrupt:
         print("interrupted: reporting the runs so far", file=sys.stderr)

@@ -9,6 +9,7 @@ database connections (pg_stat_activity / MariaDB's processlist, matched by clien
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 import statistics
 import time
@@ -167,11 +168,11 @@ class ConnectionCounter:
 
 
 def percentile(values: Sequence[float], pct: float) -> float:
-    """Nearest-rank percentile (p99 of 50 samples is the largest but one... or the largest)."""
+    """Nearest-rank percentile: the smallest value with at least ``pct``% of values at or below."""
     if not values:
         raise ValueError("percentile of no values")
     ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(pct / 100.0 * len(ordered) + 0.5)))
+    rank = max(1, min(len(ordered), math.ceil(pct * len(ordered) / 100.0 - 1e-9)))
     return ordered[rank - 1]
 
 
