@@ -47,16 +47,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="dbworker vs Celery+Redis, procrastinate and PgQueuer, side by side.",
     )
     parser.add_argument("--quick", action="store_true",
-                        help="small N and 2 repeats: a few minutes (default: full run)")
-    parser.add_argument("--items", type=int, help="items per drain (full 5000, quick 1000)")
+                        help="N=500, 20 latency probes, 2 repeats: a few minutes (default: full)")
+    parser.add_argument("--items", type=int, help="items per drain (full 5000, quick 500)")
     parser.add_argument("--latency-items", type=int,
-                        help="items of the latency probe (full 150, quick 30)")
+                        help="items of the latency probe (full 150, quick 20)")
     parser.add_argument("--history", type=int, default=100_000,
                         help="finished items already recorded in the history workload")
     parser.add_argument("--repeats", type=int, help="repeats of everything (full 3, quick 2)")
     parser.add_argument("--budget", type=float,
                         help="seconds a drain may take before it ends and reports the rate of "
-                             "what it completed (full 300, quick 45)")
+                             "what it completed (full 300, quick 30)")
     parser.add_argument("--concurrency", type=int, default=2, help="handlers per pod")
     parser.add_argument("--fanout-pods", type=int, default=4, help="pods in the fan-out workload")
     parser.add_argument("--systems", default=",".join(ALL_SYSTEMS),
@@ -74,13 +74,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)  # fmt: skip
     full = not args.quick
     if args.items is None:
-        args.items = 5000 if full else 1000
+        args.items = 5000 if full else 500
     if args.latency_items is None:
-        args.latency_items = 150 if full else 30
+        args.latency_items = 150 if full else 20
     if args.repeats is None:
         args.repeats = 3 if full else 2
     if args.budget is None:
-        args.budget = 300.0 if full else 45.0
+        args.budget = 300.0 if full else 30.0
     for flag, value, known in (
         ("--systems", args.systems, ALL_SYSTEMS),
         ("--dbworker-databases", args.dbworker_databases, ALL_DBWORKER_DATABASES),
@@ -308,7 +308,12 @@ def main(argv: list[str] | None = None) -> int:
         counter.close()
     info["load_average_at_end"] = os.getloadavg()
     info["duration_s"] = round(time.monotonic() - started, 1)
-    table = report.render(runs, names)
+    table = (
+        f"N={args.items} items per drain (fan-out: {2 * args.items} over {args.fanout_pods} pods), "
+        f"{args.latency_items} latency probes, history {args.history:,}, concurrency "
+        f"{args.concurrency} per pod, {args.repeats} repeats, drain budget {args.budget:.0f}s\n\n"
+        + report.render(runs, names)
+    )
     print()
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)

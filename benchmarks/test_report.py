@@ -74,7 +74,7 @@ def test_render_lists_failures_and_every_system() -> None:
 
 def test_options_have_quick_defaults_and_name_bad_values() -> None:
     args = run.parse_args(["--quick"])
-    assert (args.items, args.latency_items, args.repeats) == (1000, 30, 2)
+    assert (args.items, args.latency_items, args.repeats) == (500, 20, 2)
     with pytest.raises(SystemExit):
         run.parse_args(["--systems", "dbworker,rq"])
     with pytest.raises(SystemExit):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import random
 import statistics
 import time
@@ -97,6 +98,7 @@ class RunResult:
     latency_p99_ms: float | None = None
     latency_max_ms: float | None = None
     latencies_ms: list[float] | None = None
+    load_1m: float | None = None  # the host's load average when the run started
     partial: bool = False
     note: str | None = None
     error: str | None = None
@@ -282,6 +284,7 @@ def run_once(
     measured = range(warm.stop, warm.stop + workload.items)
 
     pods: list[procs.Pod] = []
+    result.load_1m = round(os.getloadavg()[0], 2)
     try:
         _reset(system, history)
         redis_client.delete(probe.LATENCY_KEY)
