@@ -22,7 +22,7 @@ test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check dbworker tests benchmarks
+	$(VENV)/bin/ruff check dbworker operator tests benchmarks examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
