@@ -133,8 +133,15 @@ def claim(
         query = query.with_for_update(skip_locked=True, of=key.table if caps.lock_of else None)
     taken: list[Claim] = []
     try:
+        dialects.relax_durability(conn)
         candidates = conn.execute(query).scalars().all()
-        for source_id in candidates:
+        rest = list(candidates)
+        if caps.name == "postgresql" and len(candidates) > 1:
+            first = take_first_claims(conn, table, candidates, caps=caps, lease_seconds=lease_seconds)
+            taken += first
+            won = {c.source_id for c in first}
+            rest = [i for i in candidates if i not in won]
+        for source_id in rest:
             result = take(conn, table, source_id, caps=caps, lease_seconds=lease_seconds)
             if result is not None:
                 taken.append(result)
@@ -142,7 +149,33 @@ def claim(
     except BaseException:
         conn.rollback()
         raise
+    order = {source_id: n for n, source_id in enumerate(candidates)}
+    taken.sort(key=lambda c: order[c.source_id])  # hand items out in the query's order
     return Round(taken, len(candidates), candidates[-1] if candidates else None, swept)
+
+
+def take_first_claims(
+    conn: Connection,
+    table: sa.Table,
+    source_ids: Sequence[Any],
+    *,
+    caps: dialects.Capabilities,
+    lease_seconds: float,
+) -> list[Claim]:
+    """First claims of many items in one statement (PostgreSQL): the ones whose insert won.
+
+    Items that already have a work record are left to ``take``.
+    """
+    tokens = {source_id: str(uuid.uuid4()) for source_id in source_ids}
+    lease = caps.now_plus(lease_seconds)
+    rows = [
+        {"source_id": source_id, "execution_status": WORKING, "claim_token": token,
+         "lease_expires_at": lease, "error": None}
+        for source_id, token in tokens.items()
+    ]
+    # The PostgreSQL form returns the keys it inserted (ON CONFLICT DO NOTHING ... RETURNING).
+    won = conn.execute(caps.insert_ignoring_duplicate(table, "source_id").values(rows)).scalars().all()
+    return [Claim(source_id, tokens[source_id]) for source_id in won]
 
 
 def take(
@@ -184,6 +217,7 @@ def renew(conn: Connection, table: sa.Table, claims: Sequence[Claim], *, lease_s
     w = table.c
     lost: list[Claim] = []
     try:
+        dialects.relax_durability(conn)
         for c in claims:
             stmt = (
                 sa.update(table)
@@ -226,6 +260,7 @@ def complete(
 def release(conn: Connection, table: sa.Table, claim: Claim) -> bool:
     """Give ``claim`` back at once (``unfinished``, no lease) so any process may take it; commits."""
     try:
+        dialects.relax_durability(conn)
         released = complete(conn, table, claim, ExecutionStatus.UNFINISHED)
         conn.commit()
     except BaseException:

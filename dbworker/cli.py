@@ -84,6 +84,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("--poll-seconds", "float", "first wait after finding nothing claimable, overriding the code", ("run",), positive=True, metavar="SECONDS"),
     Option("--max-poll-seconds", "float", "longest wait between polls, overriding the code", ("run",), positive=True, metavar="SECONDS"),
     Option("--backlog-seconds", "float", "how often dbworker_backlog is sampled; 0 turns sampling off", ("run",), default=15.0, minimum=0, metavar="SECONDS"),
+    Option("--notify-triggers", "bool", "PostgreSQL: also install the wake-up trigger on each source table, so new and changed rows wake workers at once (LISTEN/NOTIFY) instead of at their next poll", ("migrate",), default=False),
     Option("--failed", "bool", "also list failed items with their errors", ("inspect",), default=False),
     Option("--json", "bool", "print JSON instead of a table", ("inspect",), default=False),
     Option("--all-failed", "bool", "reset every failed item of the worker", ("retry",), default=False),
@@ -538,12 +539,15 @@ def cmd_migrate(options: Options, coordinator: Coordinator) -> int:
     ping(coordinator)
     try:
         coordinator.upgrade_worker_tables()
+        triggers = coordinator.install_notify_triggers() if options["notify_triggers"] else []
     except Exception as exc:
         raise CommandError(
             f"migrating work tables failed: {_one_line(exc)}", _db_code(exc)
         ) from None
     tables = [coordinator.workers[name].table.name for name in coordinator.workers]
     print(f"work tables up to date: {', '.join(tables) or '(no workers)'}")
+    if options["notify_triggers"]:
+        print(f"wake-up triggers: {', '.join(triggers) or 'none (not PostgreSQL: workers poll)'}")
     return EXIT_OK
 
 

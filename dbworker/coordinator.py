@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from dbworker import claims, dialects, redact, status, tables, upgrade
+from dbworker import claims, dialects, notify, redact, status, tables, upgrade
 from dbworker.child import ChildConfig
 from dbworker.contract import Eligible, ExecutionStatus
 from dbworker.dialects import connect
@@ -102,6 +102,7 @@ class Coordinator:
         self._abort = threading.Event()
         self._loops: list[WorkerLoop] = []
         self._keeper: LeaseKeeper | None = None
+        self._listener: notify.Listener | None = None
         self._engine: Engine | None = None
 
     # --- settings ------------------------------------------------------------------------
@@ -222,6 +223,15 @@ class Coordinator:
         """Create the work tables that do not exist (and bring existing ones up to date)."""
         upgrade.ensure(self.engine, [w.table for w in self._registry.values()])
 
+    def install_notify_triggers(self) -> list[str]:
+        """PostgreSQL: put the wake-up trigger on every worker's source table (opt-in).
+
+        With it, a committed insert or update of a source row wakes the workers at once
+        (LISTEN/NOTIFY) instead of at their next poll. Idempotent; a no-op elsewhere.
+        Remove with ``DROP TRIGGER dbworker_notify ON <table>``.
+        """
+        return upgrade.install_notify_triggers(self.engine, [w.key.table for w in self._registry.values()])
+
     def upgrade_worker_tables(self) -> list[str]:
         """Create or upgrade every work table; idempotent and safe from many processes at once."""
         return upgrade.ensure(self.engine, [w.table for w in self._registry.values()])
@@ -271,6 +281,7 @@ class Coordinator:
             )
             for w in selected
         ]
+        self._listener = self._make_listener(engine)
         self._keeper = LeaseKeeper(
             self._loops, lease_seconds=self._settings.lease_seconds,
             observer=self._observers, secrets=self._secrets,
@@ -282,6 +293,8 @@ class Coordinator:
         for loop in self._loops:
             loop.start()
         self._keeper.start()
+        if self._listener is not None:
+            self._listener.start()
 
     def _child_config(self, worker: RegisteredWorker) -> ChildConfig:
         import os
@@ -304,10 +317,23 @@ class Coordinator:
             ) from None
         return config
 
+    def _make_listener(self, engine: Engine) -> notify.Listener | None:
+        if engine.dialect.name != "postgresql" or engine.dialect.driver != "psycopg":
+            return None  # polling only
+        return notify.Listener(engine, self._on_notify, secrets=self._secrets)
+
+    def _on_notify(self, payload: str) -> None:
+        for loop in self._loops:
+            if payload == notify.DONE or payload == loop.worker.key.table.name:
+                loop.wake()
+
     def _wake_all(self) -> None:
-        # An item that ended may make another worker's item eligible (has_execution_status).
+        # An item that ended may make another worker's item eligible (has_execution_status),
+        # here or in another coordinator.
         for loop in self._loops:
             loop.wake()
+        if self._listener is not None:
+            self._listener.announce_done()
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop claiming and wait for running handlers to finish.
@@ -358,6 +384,8 @@ class Coordinator:
                 # Stuck in a database call: its handler processes must not outlive us.
                 log.warning("dbworker worker %s: loop did not stop in time; ending its processes", loop.worker.name)
                 loop.pool.kill_all()
+        if self._listener is not None:
+            self._listener.stop()
         if self._keeper is not None:
             self._keeper.stop()
             self._keeper.thread.join(max(0.0, end - time.monotonic()))

@@ -114,6 +114,17 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, sa.exc.DisconnectionError | ConnectionError | TimeoutError)
 
 
+def relax_durability(conn: Connection) -> None:
+    """Let this transaction's commit skip waiting for the disk (PostgreSQL only).
+
+    Safe for dbworker's own bookkeeping (claims, renewals, give-backs): WAL is flushed in
+    order, so a handler's durable commit also makes durable every claim before it; a claim
+    lost in a server crash is only an item that will be claimed again.
+    """
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.select(sa.func.set_config("synchronous_commit", "off", True)))
+
+
 def connect(engine: Engine) -> Connection:
     """A connection for dbworker's own short transactions.
 

@@ -60,7 +60,7 @@ class LeaseKeeper:
 
     def renew(self, loop: WorkerLoop) -> bool:
         """Renew one loop's running claims; False when the database failed."""
-        running = loop.pool.busy_claims()
+        running = loop.held_claims()
         if not running:
             return True
         name = loop.worker.name
@@ -73,7 +73,7 @@ class LeaseKeeper:
             self._observer.renewed(name, result="error", count=len(running))
             return False
         # A claim that completed while we renewed is not lost: keep only those still running.
-        still = {c.token for c in loop.pool.busy_claims()}
+        still = {c.token for c in loop.held_claims()}
         lost = [c for c in lost if c.token in still]
         for c in lost:
             log.warning(

@@ -8,6 +8,7 @@ It claims only while it has idle handler processes, waits ``poll_seconds`` (doub
 
 from __future__ import annotations
 
+import collections
 import logging
 import socket
 import threading
@@ -30,6 +31,7 @@ log = logging.getLogger("dbworker")
 
 ERROR_FIRST_WAIT = 0.1
 ERROR_MAX_WAIT = 5.0
+PREFETCH_BELOW_SECONDS = 0.5  # handlers faster than this on average get prefetched items
 
 
 @dataclass(frozen=True)
@@ -94,9 +96,14 @@ class WorkerLoop:
         self._waker = Waker()
         self._stopping = threading.Event()
         self._claim_now = False
-        # Key-order sweep cursor for eligible queries without an order (see claims.claim).
+        # Key-order sweep cursor for eligible queries without an order (see claims.claim):
+        # it wraps to the start every max_poll_seconds, and when one of our items ends
+        # unfinished or is given back (its key may be below the cursor).
         self._cursor: Any = None
         self._wrap_at = 0.0
+        self._queue: collections.deque[claims.Claim] = collections.deque()
+        self._queue_lock = threading.Lock()
+        self._mean_seconds: float | None = None
         self.thread = threading.Thread(target=self._run, name=f"dbworker-{worker.name}", daemon=True)
 
     # --- control, from any thread ------------------------------------------------------
@@ -137,6 +144,46 @@ class WorkerLoop:
                 self._waker.close()
                 self._observer.loop_ended(name)
 
+    def held_claims(self) -> list[claims.Claim]:
+        """Claims whose leases this loop keeps: running and prefetched (any thread)."""
+        with self._queue_lock:
+            queued = list(self._queue)
+        return self.pool.busy_claims() + queued
+
+    def _prefetch(self) -> int:
+        # Short handlers: keep one claimed item waiting per slot, so a slot that frees up
+        # starts its next item without waiting for a claim round trip. Long handlers: none,
+        # so work is not held back from other pods.
+        if self._mean_seconds is None or self._mean_seconds >= PREFETCH_BELOW_SECONDS:
+            return 0
+        return self.worker.concurrency
+
+    def _dispatch(self) -> None:
+        while self.pool.idle() > 0:
+            with self._queue_lock:
+                if not self._queue:
+                    break
+                claim = self._queue.popleft()
+            self.pool.submit(claim)
+            self._observer.active(self.worker.name, running=len(self.pool.busy_claims()))
+
+    def _wanted(self) -> int:
+        """How many items to claim now: 0 unless a slot would otherwise wait, or the queue ran dry."""
+        idle = self.pool.idle()
+        with self._queue_lock:
+            queued = len(self._queue)
+        want = idle + self._prefetch() - queued
+        if want <= 0 or (queued >= idle and queued > 0):
+            return 0
+        return want
+
+    def _give_back_queued(self) -> None:
+        with self._queue_lock:
+            queued = list(self._queue)
+            self._queue.clear()
+        for claim in queued:
+            self._give_back(claim)
+
     def _loop(self) -> None:
         settings = self._settings
         poll = Backoff(settings.poll_seconds, settings.max_poll_seconds)
@@ -145,11 +192,12 @@ class WorkerLoop:
         last_trip = time.monotonic()
         while True:
             stopping = self._stopping.is_set()
-            if stopping and not self.pool.busy_claims():
-                return
+            if stopping:
+                self._give_back_queued()  # not started: another process may take them now
+                if not self.pool.busy_claims():
+                    return
             now = time.monotonic()
-            idle = self.pool.idle()
-            can_claim = not stopping and idle > 0
+            can_claim = not stopping and self._wanted() > 0
             if can_claim:
                 timeout = max(0.0, next_claim - now)
             else:
@@ -164,14 +212,15 @@ class WorkerLoop:
             for ev in events:
                 if self._handle(ev):
                     next_claim = 0.0
+            self._dispatch()
             if self._stopping.is_set():
                 continue
             now = time.monotonic()
-            idle = self.pool.idle()
-            if idle > 0 and now >= next_claim:
+            want = self._wanted()
+            if want > 0 and now >= next_claim:
                 try:
-                    taken = self._claim(idle)
-                except Exception as exc:
+                    taken = self._claim(want)
+                except Exception as exc:  # noqa: BLE001 - the loop outlives every database error
                     self._db_error("claim", exc)
                     next_claim = time.monotonic() + errors.next()
                     continue
@@ -180,7 +229,7 @@ class WorkerLoop:
                 if taken:
                     poll.reset()
                 # Fewer than asked for means nothing more is claimable now: wait, doubling.
-                next_claim = 0.0 if len(taken) >= idle else last_trip + poll.next()
+                next_claim = 0.0 if len(taken) >= want else last_trip + poll.next()
             elif now - last_trip >= settings.max_poll_seconds:
                 # No claim is due (all slots busy, or draining): keep the heartbeat honest.
                 try:
@@ -188,24 +237,19 @@ class WorkerLoop:
                         conn.execute(sa.select(sa.literal(1)))
                     self._observer.heartbeat(self.worker.name, timestamp=time.time())
                     last_trip = time.monotonic()
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001
                     self._db_error("claim", exc)
                     last_trip = time.monotonic() - settings.max_poll_seconds + errors.next()
 
     def _claim(self, limit: int) -> list[claims.Claim]:
         w = self.worker
         start = time.perf_counter()
+        if time.monotonic() >= self._wrap_at:
+            self._cursor = None  # sweep from the start now and then: lower keys may be ready again
         with connect(self.engine) as conn:
-            if time.monotonic() >= self._wrap_at:
-                self._cursor = None  # sweep from the start now and then: lower keys may be ready again
             rnd = self._round(conn, limit)
-            if rnd.swept and rnd.seen < limit and self._cursor is not None:
-                # The tail is exhausted: wrap around and look below the cursor at once.
-                self._cursor = None
-                more = self._round(conn, limit - len(rnd.taken))
-                rnd = claims.Round(rnd.taken + more.taken, rnd.seen + more.seen, more.last_key, True)
-            if rnd.swept and rnd.last_key is not None:
-                self._cursor = rnd.last_key
+        if rnd.swept and rnd.last_key is not None:
+            self._cursor = rnd.last_key
         taken = rnd.taken
         seconds = time.perf_counter() - start
         taken_over = [c for c in taken if c.taken_over]
@@ -216,10 +260,9 @@ class WorkerLoop:
             )
         self._observer.claimed(w.name, count=len(taken), taken_over=len(taken_over), seconds=seconds)
         self._observer.heartbeat(w.name, timestamp=time.time())
-        for c in taken:
-            self.pool.submit(c)
-        if taken:
-            self._observer.active(w.name, running=len(self.pool.busy_claims()))
+        with self._queue_lock:
+            self._queue.extend(taken)
+        self._dispatch()
         return taken
 
     def _round(self, conn: Connection, limit: int) -> claims.Round:
@@ -241,6 +284,10 @@ class WorkerLoop:
         if isinstance(ev, Done):
             report = ev.report
             outcome = report.outcome
+            mean = self._mean_seconds
+            self._mean_seconds = report.seconds if mean is None else 0.8 * mean + 0.2 * report.seconds
+            if outcome in (child.UNFINISHED, child.RETRY):
+                self._cursor = None  # the item may be claimable again, below the cursor
             if outcome == child.FAILED:
                 log.warning(
                     "dbworker worker %s: handler failed for item %r: %s",
@@ -287,6 +334,7 @@ class WorkerLoop:
         return False
 
     def _give_back(self, claim: claims.Claim) -> None:
+        self._cursor = None  # it is claimable again, maybe below the cursor
         try:
             with connect(self.engine) as conn:
                 claims.release(conn, self.worker.table, claim)

@@ -112,3 +112,17 @@ def current(engine: Engine, table: sa.Table) -> bool:
             return False
         present = _indexes(conn, table)
         return all(tuple(c.name for c in ix.columns) in present for ix in table.indexes)
+
+
+def install_notify_triggers(engine: Engine, tables: Iterable[sa.Table]) -> list[str]:
+    """Install the PostgreSQL wake-up trigger on each source table, under the schema lock."""
+    from dbworker import notify
+
+    unique = list({id(t): t for t in tables}.values())
+    if engine.dialect.name != "postgresql":
+        return []
+    with engine.connect() as conn, _schema_lock(conn):
+        changes = notify.install_triggers(conn, unique)
+    for change in changes:
+        log.info("dbworker schema: %s", change)
+    return changes

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from dbworker import ExecutionStatus
+from dbworker.observe import Observer
 from tests.apps import basic
 from tests.helpers import wait_until
 from tests.integration.conftest import App
@@ -83,3 +85,26 @@ def test_has_execution_status_with_values_and_columns(app: App) -> None:
         assert s.scalar(sa.select(sa.func.count()).select_from(basic.Item).where(empty)) == 0
         unclaimed = c.has_execution_status(worker="items", source_id=never, statuses=list(ExecutionStatus))
         assert s.scalar(sa.select(unclaimed)) in (False, 0)
+
+
+def test_notify_trigger_wakes_workers_without_polling(app: App) -> None:
+    """PostgreSQL: with the opt-in trigger, a new row is claimed long before the next poll."""
+    if app.db.backend != "postgresql":
+        pytest.skip("LISTEN/NOTIFY exists on PostgreSQL only; other servers poll")
+    # Polls come only every 120 s: only a notification can wake the worker in time.
+    c = app.coordinator(poll_seconds=120, max_poll_seconds=120)
+    assert c.install_notify_triggers() == ["notify trigger on items"]
+    assert c.install_notify_triggers() == ["notify trigger on items"]  # idempotent
+    empty_polls: list[float] = []
+
+    class Polls(Observer):
+        def claimed(self, worker: str, *, count: int, taken_over: int, seconds: float) -> None:
+            if count == 0:
+                empty_polls.append(seconds)
+
+    c.add_observer(Polls())
+    c.start()
+    wait_until(lambda: empty_polls, what="the first, empty poll")
+    [i] = app.add("finish")
+    # Well within the 120 s poll: the notification woke the worker.
+    app.wait_status([i], (ExecutionStatus.FINISHED,), timeout=60)

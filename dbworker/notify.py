@@ -1,0 +1,109 @@
+"""PostgreSQL LISTEN/NOTIFY wake-ups, with polling kept as the fallback everywhere.
+
+One listener thread per coordinator holds a connection LISTENing on the ``dbworker``
+channel. Payloads are a source table's name (sent by the opt-in statement trigger that
+``install_triggers`` puts on the application's source tables) or ``done`` (sent when one
+of our items ended, so dependent workers of other coordinators claim at once).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from dbworker import redact
+from dbworker.backoff import Backoff
+
+log = logging.getLogger("dbworker")
+
+CHANNEL = "dbworker"
+DONE = "done"
+FUNCTION = "dbworker_notify"
+TRIGGER = "dbworker_notify"
+_ANNOUNCE_EVERY = 0.1  # seconds: "done" announcements are batched this much
+
+
+def trigger_statements(conn: sa.Connection, table: sa.Table) -> list[str]:
+    """DDL for the opt-in trigger on ``table``: notify the channel once per changing statement."""
+    quoted = conn.dialect.identifier_preparer.format_table(table)
+    return [
+        f"CREATE OR REPLACE FUNCTION {FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        f"BEGIN PERFORM pg_notify('{CHANNEL}', TG_TABLE_NAME); RETURN NULL; END $$",
+        f"DROP TRIGGER IF EXISTS {TRIGGER} ON {quoted}",
+        f"CREATE TRIGGER {TRIGGER} AFTER INSERT OR UPDATE ON {quoted} "
+        f"FOR EACH STATEMENT EXECUTE FUNCTION {FUNCTION}()",
+    ]
+
+
+def install_triggers(conn: sa.Connection, tables: Iterable[sa.Table]) -> list[str]:
+    """Install the wake-up trigger on each source table (PostgreSQL); return what was done."""
+    if conn.dialect.name != "postgresql":
+        return []
+    done = []
+    for table in tables:
+        for statement in trigger_statements(conn, table):
+            conn.exec_driver_sql(statement)
+        done.append(f"notify trigger on {table.name}")
+    conn.commit()
+    return done
+
+
+class Listener:
+    """LISTENs on the channel and calls ``on_notify(payload)``; reconnects after errors."""
+
+    def __init__(self, engine: Engine, on_notify: Callable[[str], None], *, secrets: tuple[str, ...]) -> None:
+        self._engine = engine
+        self._on_notify = on_notify
+        self._secrets = secrets
+        self._stop = threading.Event()
+        self._announce = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="dbworker-listen", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def announce_done(self) -> None:
+        """Tell other coordinators an item ended (sent within ~0.1 s, batched)."""
+        self._announce.set()
+
+    def _run(self) -> None:
+        errors = Backoff(0.2, 10.0, jitter=0.5)
+        while not self._stop.is_set():
+            raw: Any = None
+            try:
+                raw = self._engine.raw_connection()
+                conn = raw.driver_connection
+                raw.detach()  # a LISTENing connection never goes back to the pool
+                conn.autocommit = True
+                conn.execute(f"LISTEN {CHANNEL}")
+                errors.reset()
+                self._listen(conn)
+            except Exception as exc:  # noqa: BLE001 - polling covers the gap; retried
+                log.warning("dbworker: notification listener error: %s", redact.describe(exc, self._secrets))
+                self._stop.wait(errors.next())
+            finally:
+                if raw is not None:
+                    try:
+                        raw.close()
+                    except Exception:  # noqa: BLE001
+                        pass
+
+    def _listen(self, conn: Any) -> None:
+        own = conn.info.backend_pid
+        while not self._stop.is_set():
+            for note in conn.notifies(timeout=_ANNOUNCE_EVERY):
+                if note.pid != own:  # our own "done" was already acted on locally
+                    self._on_notify(note.payload)
+                if self._stop.is_set() or self._announce.is_set():
+                    break
+            if self._announce.is_set():
+                self._announce.clear()
+                conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, DONE))
