@@ -74,25 +74,17 @@ class WorkerView:
 
     def reset_failed(self, session: Session, source_id: Any) -> bool:
         """Set a FAILED item back to UNFINISHED with error and claim cleared; True if it was FAILED."""
-        w = self._w.table.c
-        result = session.execute(
-            sa.update(self._w.table)
-            .where(w.source_id == source_id, w.execution_status == ExecutionStatus.FAILED.value)
-            .values(
-                execution_status=ExecutionStatus.UNFINISHED.value,
-                error=None,
-                claim_token=None,
-                lease_expires_at=None,
-            )
-        )
-        return bool(getattr(result, "rowcount", 0) == 1)
+        return self._reset(session, self._w.table.c.source_id == source_id) == 1
 
     def reset_all_failed(self, session: Session) -> int:
         """Reset every FAILED item as ``reset_failed`` does; return how many."""
+        return self._reset(session, sa.true())
+
+    def _reset(self, session: Session, which: sa.ColumnElement[bool]) -> int:
         w = self._w.table.c
         result = session.execute(
             sa.update(self._w.table)
-            .where(w.execution_status == ExecutionStatus.FAILED.value)
+            .where(which, w.execution_status == ExecutionStatus.FAILED.value)
             .values(
                 execution_status=ExecutionStatus.UNFINISHED.value,
                 error=None,
