@@ -40,7 +40,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("cpu_noop", "drain_noop", "cpu_ms_per_item", "worker CPU ms/item, no-op", False, 2),
     Metric("cpu_write", "drain_write", "cpu_ms_per_item", "worker CPU ms/item, write", False, 2),
     Metric("dbcpu_noop", "drain_noop", "db_cpu_ms_per_item", "PG backend CPU ms/item, no-op", False, 2),
-    Metric("cpu_idle", "latency", "cpu_ms_per_item", "worker CPU ms/item, latency (idle)", False, 1),
+    Metric("cpu_idle", "latency", "cpu_percent", "worker CPU %/pod, latency phase (idle)", False, 1),
     Metric("conns_noop", "drain_noop", "db_conns_per_pod", "DB connections/pod, no-op", False, 1),
     Metric("conns_write", "drain_write", "db_conns_per_pod", "DB connections/pod, write", False, 1),
     Metric("conns_fanout", "fanout", "db_conns_per_pod", "DB connections/pod, fan-out", False, 1),

@@ -57,6 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--budget", type=float,
                         help="seconds a drain may take before it ends and reports the rate of "
                              "what it completed (full 300, quick 30)")
+    parser.add_argument("--no-notify-trigger", action="store_true",
+                        help="dbworker without its opt-in PostgreSQL wake-up trigger (polling)")
     parser.add_argument("--concurrency", type=int, default=2, help="handlers per pod")
     parser.add_argument("--fanout-pods", type=int, default=4, help="pods in the fan-out workload")
     parser.add_argument("--systems", default=",".join(ALL_SYSTEMS),
@@ -131,7 +133,8 @@ def build_systems(args: argparse.Namespace) -> list[System]:
         for database in args.dbworker_databases.split(","):
             systems.append(
                 DbworkerSystem(url=urls[database], database=cast(Database, database),
-                               concurrency=args.concurrency, cwd=ROOT)
+                               concurrency=args.concurrency, cwd=ROOT,
+                               notify_trigger=not args.no_notify_trigger)
             )  # fmt: skip
     if "celery" in names:
         from benchmarks.sys_celery import CelerySystem
@@ -272,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick, "items": args.items, "latency_items": args.latency_items,
         "history": args.history, "repeats": args.repeats, "concurrency": args.concurrency,
         "fanout_pods": args.fanout_pods, "budget": args.budget, "systems": names,
+        "dbworker_notify_trigger": not args.no_notify_trigger,
         "workloads": [vars(w) for w in wls],
     }  # fmt: skip
     print(f"benchmark {stamp}: {len(systems)} systems x {len(wls)} workloads x "

@@ -33,8 +33,11 @@ class DbworkerSystem:
 
     keeps_history = True
 
-    def __init__(self, *, url: str, database: Database, concurrency: int, cwd: Path) -> None:
+    def __init__(
+        self, *, url: str, database: Database, concurrency: int, cwd: Path, notify_trigger: bool = True
+    ) -> None:
         self.database: Database = database
+        self._notify_trigger = notify_trigger
         self.name = "dbworker" if database == "postgresql" else f"dbworker-{database}"
         self._url = url
         self._concurrency = concurrency
@@ -52,7 +55,11 @@ class DbworkerSystem:
         # an init container would run it.
         subprocess.run(
             [sys.executable, "-m", "benchmarks.sys_dbworker", "migrate"],
-            env={**os.environ, "BENCH_DB_URL": self._url},
+            env={
+                **os.environ,
+                "BENCH_DB_URL": self._url,
+                "BENCH_NOTIFY_TRIGGER": "1" if self._notify_trigger else "0",
+            },
             cwd=str(self._cwd),
             check=True,
             capture_output=True,
@@ -152,6 +159,10 @@ def _migrate() -> None:
     coordinator = dbworker_app.build_coordinator(url, concurrency=1)
     dbworker_app.Base.metadata.create_all(create_engine(url))
     coordinator.upgrade_worker_tables()
+    if os.environ.get("BENCH_NOTIFY_TRIGGER", "1") == "1":
+        # The opt-in wake-up trigger on the source table (PostgreSQL; a no-op elsewhere), as
+        # `dbworker migrate --notify-triggers` installs it.
+        coordinator.install_notify_triggers()
 
 
 def main() -> None:

@@ -92,6 +92,7 @@ class RunResult:
     enqueue_seconds: float | None = None
     cpu_ms_per_item: float | None = None
     db_cpu_ms_per_item: float | None = None
+    cpu_percent: float | None = None  # worker CPU over the measured phase, % of one core
     db_conns_per_pod: float | None = None
     redis_conns_per_pod: float | None = None
     latency_p50_ms: float | None = None
@@ -309,12 +310,15 @@ def run_once(
         sample()
         db_cpu_before = counter.backend_cpu(system.database, pods)
         cpu_before = sum(procs.tree_cpu_seconds(p) for p in pods)
+        phase_start = time.perf_counter()
         if workload.kind == "latency":
             _measure_latency(system, workload, measured, pods, redis_client, rng, result, sample)
         else:
             done = _measure_drain(system, workload, measured, pods, result, sample, budget)
         sample()
         cpu_after = sum(procs.tree_cpu_seconds(p) for p in pods)
+        phase = time.perf_counter() - phase_start
+        result.cpu_percent = (cpu_after - cpu_before) * 100.0 / phase / workload.pods
         db_cpu_after = counter.backend_cpu(system.database, pods)
         result.cpu_ms_per_item = (cpu_after - cpu_before) * 1000.0 / done
         if db_cpu_after:
