@@ -55,7 +55,13 @@ class Report:
     summary: str = ""  # one line, for logs
 
 
+class HandlerSession(Session):
+    """The session a handler receives: committing it is dbworker's job (see ``_guard_commit``)."""
+
+
+@event.listens_for(HandlerSession, "before_commit")
 def _guard_commit(session: Session) -> None:
+    # An event, not an overridden commit(): `with session.begin():` commits without commit().
     if not session.info.get(_MAY_COMMIT):
         raise RuntimeError(
             "dbworker owns the commit: return Finished() or Unfinished() and dbworker commits "
@@ -76,8 +82,10 @@ class Runner:
 
     def __init__(self, config: ChildConfig) -> None:
         self.config = config
-        options = {"pool_pre_ping": True, **config.engine_options}
-        self.engine = sa.create_engine(config.database_url, **options)
+        # No pool_pre_ping by default: it would cost a round trip per item, and a connection
+        # lost meanwhile only makes that item's transaction fail transiently (given back,
+        # retried) while the pool replaces the connection.
+        self.engine = sa.create_engine(config.database_url, **config.engine_options)
         self.table = tables.work_table(config.worker, config.source)
         self.secrets = redact.url_secrets(config.database_url)
 
@@ -94,8 +102,7 @@ class Runner:
         return redact.redact(text, self.secrets)
 
     def _execute(self, claim: claims.Claim) -> tuple[str, str | None]:
-        session = Session(self.engine)
-        event.listen(session, "before_commit", _guard_commit)
+        session = HandlerSession(self.engine)
         try:
             try:
                 row = session.get(self.config.source, claim.source_id)

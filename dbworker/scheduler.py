@@ -32,6 +32,8 @@ log = logging.getLogger("dbworker")
 ERROR_FIRST_WAIT = 0.1
 ERROR_MAX_WAIT = 5.0
 PREFETCH_BELOW_SECONDS = 0.5  # handlers faster than this on average get prefetched items
+PREFETCH_WINDOW_SECONDS = 0.1  # ... as many per slot as fit in this much handler time
+PREFETCH_MAX_PER_SLOT = 4
 
 
 @dataclass(frozen=True)
@@ -151,12 +153,15 @@ class WorkerLoop:
         return self.pool.busy_claims() + queued
 
     def _prefetch(self) -> int:
-        # Short handlers: keep one claimed item waiting per slot, so a slot that frees up
-        # starts its next item without waiting for a claim round trip. Long handlers: none,
-        # so work is not held back from other pods.
-        if self._mean_seconds is None or self._mean_seconds >= PREFETCH_BELOW_SECONDS:
+        # Short handlers: keep claimed items waiting (about PREFETCH_WINDOW_SECONDS of work
+        # per slot, 1 to PREFETCH_MAX_PER_SLOT), so a slot that frees up starts its next item
+        # without a claim round trip and claims come in batches. Long handlers: none, so
+        # work is not held back from other pods.
+        mean = self._mean_seconds
+        if mean is None or mean >= PREFETCH_BELOW_SECONDS:
             return 0
-        return self.worker.concurrency
+        per_slot = min(PREFETCH_MAX_PER_SLOT, max(1, int(PREFETCH_WINDOW_SECONDS / max(mean, 1e-6))))
+        return self.worker.concurrency * per_slot
 
     def _dispatch(self) -> None:
         while self.pool.idle() > 0:
