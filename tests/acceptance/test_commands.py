@@ -187,3 +187,17 @@ def test_metrics_port_in_use_is_exit_2(sqlite_db: AppDb) -> None:
     assert r.returncode == 2
     assert r.stderr.startswith(f"dbworker: cannot listen on 127.0.0.1:{port} (--metrics-port): ")
     assert r.stderr.endswith("choose another port, or 0 to turn the HTTP server off\n")
+
+
+def test_migrate_installs_notify_triggers_on_postgresql_only(appdb_all: AppDb) -> None:
+    result = run_command(["migrate", APP, "--notify-triggers"], database_url=appdb_all.url)
+    assert result.returncode == 0, result.stderr
+    with appdb_all.db.engine.connect() as conn:
+        if appdb_all.db.backend == "postgresql":
+            assert "wake-up triggers: notify trigger on" in result.stdout
+            triggers = conn.execute(
+                sa.text("SELECT count(*) FROM pg_trigger WHERE tgname = 'dbworker_notify'")
+            ).scalar()
+            assert triggers and triggers >= 1
+        else:
+            assert "not PostgreSQL: workers poll" in result.stdout
