@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
 from dbworker import dialects, tables
@@ -35,22 +36,37 @@ class Claim:
     taken_over: bool = False
 
 
-def blocked(
-    table: sa.Table, key: sa.ColumnElement[Any], caps: dialects.Capabilities, *, after: Any = None
-) -> sa.ColumnElement[bool]:
-    """EXISTS a work record that keeps ``key``'s row from being claimed now.
+@dataclass(frozen=True)
+class _Statements:
+    """The claim path's statements for one work table on one kind of server, built once.
 
-    Correlated on the work table's primary key, so its cost per candidate row is one index
-    probe. ``after`` repeats a sweep cursor inside, so a planner that turns this into a merge
-    anti-join starts the work table's index at the cursor too, not at its first finished row.
+    They take bound parameters (``dbw_*``), so the hot path only binds values: building
+    SQLAlchemy expressions anew for every claim cost more CPU than the database did.
     """
+
+    table: sa.Table
+    blocked: sa.ColumnElement[bool]
+    blocked_after: sa.ColumnElement[bool]
+    relax: sa.Select[Any] | None
+    first: Any
+    first_many: Any  # PostgreSQL: first claims of many items in one statement; else None
+    again: sa.Update
+    over: sa.Update
+    renew: sa.Update
+    complete: sa.Update
+
+
+_STATEMENTS: dict[tuple[int, int, dialects.Capabilities], _Statements] = {}
+
+
+def _blocked(table: sa.Table, key: sa.ColumnElement[Any], caps: dialects.Capabilities, cursor: bool) -> sa.ColumnElement[bool]:
     w = table.c
-    cursor = [w.source_id > after] if after is not None else []
+    after = [w.source_id > sa.bindparam("dbw_after", type_=w.source_id.type)] if cursor else []
     return (
         sa.select(sa.literal(1))
         .where(
             w.source_id == key,
-            *cursor,
+            *after,
             sa.or_(
                 w.execution_status.in_(DONE),
                 sa.and_(w.execution_status == WORKING, w.lease_expires_at > caps.now()),
@@ -58,6 +74,77 @@ def blocked(
         )
         .exists()
     )
+
+
+def statements(table: sa.Table, key: sa.Column[Any], caps: dialects.Capabilities) -> _Statements:
+    """The prebuilt claim-path statements of ``table`` (see ``_Statements``)."""
+    cache_key = (id(table), id(key), caps)
+    found = _STATEMENTS.get(cache_key)
+    if found is not None and found.table is table:
+        return found
+    w = table.c
+    sid = sa.bindparam("dbw_sid", type_=w.source_id.type)
+    token = sa.bindparam("dbw_token", type_=w.claim_token.type)
+    taking = {
+        "execution_status": WORKING,
+        "claim_token": token,
+        "lease_expires_at": caps.now_plus_param("dbw_lease"),
+        "error": None,
+    }
+    held = sa.and_(w.source_id == sid, w.claim_token == token, w.execution_status == WORKING)
+    expired = sa.or_(w.lease_expires_at.is_(None), w.lease_expires_at <= caps.now())
+    built = _Statements(
+        table=table,
+        blocked=_blocked(table, key, caps, cursor=False),
+        blocked_after=_blocked(table, key, caps, cursor=True),
+        relax=dialects.relax_statement(caps),
+        first=caps.insert_ignoring_duplicate(table, "source_id").values(source_id=sid, **taking),
+        first_many=_first_many(table, caps),
+        again=sa.update(table).where(w.source_id == sid, w.execution_status == UNFINISHED).values(**taking),
+        over=sa.update(table).where(w.source_id == sid, w.execution_status == WORKING, expired).values(**taking),
+        renew=sa.update(table).where(held).values(lease_expires_at=caps.now_plus_param("dbw_lease")),
+        complete=sa.update(table).where(held).values(
+            execution_status=sa.bindparam("dbw_status", type_=w.execution_status.type),
+            claim_token=None,
+            lease_expires_at=None,
+            error=sa.bindparam("dbw_error", type_=w.error.type),
+        ),
+    )
+    _STATEMENTS[cache_key] = built
+    return built
+
+
+def _first_many(table: sa.Table, caps: dialects.Capabilities) -> Any:
+    if caps.name != "postgresql":
+        return None
+    w = table.c
+    rows = sa.select(
+        sa.func.unnest(sa.bindparam("dbw_sids", type_=postgresql.ARRAY(w.source_id.type))),
+        sa.literal(WORKING),
+        sa.func.unnest(sa.bindparam("dbw_tokens", type_=postgresql.ARRAY(sa.String()))),
+        caps.now_plus_param("dbw_lease"),
+        sa.null(),
+    )
+    columns = ["source_id", "execution_status", "claim_token", "lease_expires_at", "error"]
+    return (
+        postgresql.insert(table)
+        .from_select(columns, rows)
+        .on_conflict_do_nothing(index_elements=["source_id"])
+        .returning(w.source_id)
+    )
+
+
+def blocked(
+    table: sa.Table, key: sa.ColumnElement[Any], caps: dialects.Capabilities, *, after: Any = None
+) -> sa.ColumnElement[bool]:
+    """EXISTS a work record that keeps ``key``'s row from being claimed now.
+
+    Correlated on the work table's primary key, so its cost per candidate row is one index
+    probe. A sweep cursor (``after``, bound as ``dbw_after``) is repeated inside, so a planner
+    that turns this into a merge anti-join starts the work table's index at the cursor too,
+    not at its first finished row.
+    """
+    return _blocked(table, key, caps, cursor=after is not None)
 
 
 def eligible_query(eligible: Callable[[], sa.Select[Any]] | None, key: sa.Column[Any]) -> sa.Select[Any]:
@@ -81,10 +168,15 @@ def claimable(
     The application's filters, joins and ordering are kept, so the first claimable row in
     its order comes first. ``after`` keeps only keys above a sweep cursor.
     """
+    narrowed = _narrow(statements(table, key, caps), key, query, swept=after is not None)
+    return narrowed if after is None else narrowed.params(dbw_after=after)
+
+
+def _narrow(st: _Statements, key: sa.Column[Any], query: sa.Select[Any], *, swept: bool) -> sa.Select[Any]:
     query = query.with_only_columns(key, maintain_column_froms=True)
-    if after is not None:
-        query = query.where(key > after)
-    return query.where(~blocked(table, key, caps, after=after))
+    if swept:
+        return query.where(key > sa.bindparam("dbw_after", type_=key.type), ~st.blocked_after)
+    return query.where(~st.blocked)
 
 
 def is_ordered(query: sa.Select[Any]) -> bool:
@@ -123,26 +215,31 @@ def claim(
     as any INSERT/UPDATE. Elsewhere (SQLite) the conditional writes alone decide.
     """
     caps = dialects.of(conn)
+    st = statements(table, key, caps)
     base = eligible_query(eligible, key)
     swept = not is_ordered(base)
-    query = claimable(table, key, base, caps, after=after if swept else None)
+    cursor = swept and after is not None
+    query = _narrow(st, key, base, swept=cursor)
     if swept:
         query = query.order_by(key)
     query = query.limit(limit)
     if caps.skip_locked:
         query = query.with_for_update(skip_locked=True, of=key.table if caps.lock_of else None)
+    params = {"dbw_after": after} if cursor else {}
+    lease = caps.seconds_value(lease_seconds)
     taken: list[Claim] = []
     try:
-        dialects.relax_durability(conn)
-        candidates = conn.execute(query).scalars().all()
+        if st.relax is not None:
+            conn.execute(st.relax)
+        candidates = conn.execute(query, params).scalars().all()
         rest = list(candidates)
-        if caps.name == "postgresql" and len(candidates) > 1:
-            first = take_first_claims(conn, table, candidates, caps=caps, lease_seconds=lease_seconds)
+        if st.first_many is not None and len(candidates) > 1:
+            first = take_first_claims(conn, st, candidates, lease)
             taken += first
             won = {c.source_id for c in first}
             rest = [i for i in candidates if i not in won]
         for source_id in rest:
-            result = take(conn, table, source_id, caps=caps, lease_seconds=lease_seconds)
+            result = _take(conn, st, source_id, lease)
             if result is not None:
                 taken.append(result)
         conn.commit()
@@ -154,27 +251,14 @@ def claim(
     return Round(taken, len(candidates), candidates[-1] if candidates else None, swept)
 
 
-def take_first_claims(
-    conn: Connection,
-    table: sa.Table,
-    source_ids: Sequence[Any],
-    *,
-    caps: dialects.Capabilities,
-    lease_seconds: float,
-) -> list[Claim]:
+def take_first_claims(conn: Connection, st: _Statements, source_ids: Sequence[Any], lease: Any) -> list[Claim]:
     """First claims of many items in one statement (PostgreSQL): the ones whose insert won.
 
     Items that already have a work record are left to ``take``.
     """
     tokens = {source_id: str(uuid.uuid4()) for source_id in source_ids}
-    lease = caps.now_plus(lease_seconds)
-    rows = [
-        {"source_id": source_id, "execution_status": WORKING, "claim_token": token,
-         "lease_expires_at": lease, "error": None}
-        for source_id, token in tokens.items()
-    ]
-    # The PostgreSQL form returns the keys it inserted (ON CONFLICT DO NOTHING ... RETURNING).
-    won = conn.execute(caps.insert_ignoring_duplicate(table, "source_id").values(rows)).scalars().all()
+    params = {"dbw_sids": list(tokens), "dbw_tokens": list(tokens.values()), "dbw_lease": lease}
+    won = conn.execute(st.first_many, params).scalars().all()
     return [Claim(source_id, tokens[source_id]) for source_id in won]
 
 
@@ -190,23 +274,18 @@ def take(
 
     Each is a conditional write whose row count says whether this process won the item.
     """
-    w = table.c
+    key = next(iter(table.c.source_id.foreign_keys)).column
+    return _take(conn, statements(table, key, caps), source_id, caps.seconds_value(lease_seconds))
+
+
+def _take(conn: Connection, st: _Statements, source_id: Any, lease: Any) -> Claim | None:
     token = str(uuid.uuid4())
-    values = {
-        "execution_status": WORKING,
-        "claim_token": token,
-        "lease_expires_at": caps.now_plus(lease_seconds),
-        "error": None,
-    }
-    first = caps.insert_ignoring_duplicate(table, "source_id").values(source_id=source_id, **values)
-    if dialects.inserted(conn.execute(first)):
+    params = {"dbw_sid": source_id, "dbw_token": token, "dbw_lease": lease}
+    if dialects.inserted(conn.execute(st.first, params)):
         return Claim(source_id, token)
-    again = sa.update(table).where(w.source_id == source_id, w.execution_status == UNFINISHED).values(**values)
-    if conn.execute(again).rowcount == 1:
+    if conn.execute(st.again, params).rowcount == 1:
         return Claim(source_id, token)
-    expired = sa.or_(w.lease_expires_at.is_(None), w.lease_expires_at <= caps.now())
-    over = sa.update(table).where(w.source_id == source_id, w.execution_status == WORKING, expired).values(**values)
-    if conn.execute(over).rowcount == 1:
+    if conn.execute(st.over, params).rowcount == 1:
         return Claim(source_id, token, taken_over=True)
     return None
 
@@ -214,17 +293,15 @@ def take(
 def renew(conn: Connection, table: sa.Table, claims: Sequence[Claim], *, lease_seconds: float) -> list[Claim]:
     """Extend the leases of ``claims`` still held; commit; return the claims found lost."""
     caps = dialects.of(conn)
-    w = table.c
+    st = _for(conn, table)
+    lease = caps.seconds_value(lease_seconds)
     lost: list[Claim] = []
     try:
-        dialects.relax_durability(conn)
+        if st.relax is not None:
+            conn.execute(st.relax)
         for c in claims:
-            stmt = (
-                sa.update(table)
-                .where(w.source_id == c.source_id, w.claim_token == c.token, w.execution_status == WORKING)
-                .values(lease_expires_at=caps.now_plus(lease_seconds))
-            )
-            if conn.execute(stmt).rowcount != 1:
+            params = {"dbw_sid": c.source_id, "dbw_token": c.token, "dbw_lease": lease}
+            if conn.execute(st.renew, params).rowcount != 1:
                 lost.append(c)
         conn.commit()
     except BaseException:
@@ -246,21 +323,18 @@ def complete(
     The caller commits: in a handler process this write shares the handler's transaction,
     so the handler's writes and the outcome commit together or not at all.
     """
-    w = table.c
     if error is not None and len(error) > tables.ERROR_MAX_CHARS:
         error = error[: tables.ERROR_MAX_CHARS - 20] + "\n... (truncated)"
-    stmt = (
-        sa.update(table)
-        .where(w.source_id == claim.source_id, w.claim_token == claim.token, w.execution_status == WORKING)
-        .values(execution_status=status.value, claim_token=None, lease_expires_at=None, error=error)
-    )
-    return bool(conn.execute(stmt).rowcount == 1)
+    params = {"dbw_sid": claim.source_id, "dbw_token": claim.token, "dbw_status": status.value, "dbw_error": error}
+    return bool(conn.execute(_for(conn, table).complete, params).rowcount == 1)
 
 
 def release(conn: Connection, table: sa.Table, claim: Claim) -> bool:
     """Give ``claim`` back at once (``unfinished``, no lease) so any process may take it; commits."""
     try:
-        dialects.relax_durability(conn)
+        relax = _for(conn, table).relax
+        if relax is not None:
+            conn.execute(relax)
         released = complete(conn, table, claim, ExecutionStatus.UNFINISHED)
         conn.commit()
     except BaseException:
@@ -278,3 +352,8 @@ def fail(conn: Connection, table: sa.Table, claim: Claim, error: str) -> bool:
         conn.rollback()
         raise
     return failed
+
+
+def _for(conn: Connection, table: sa.Table) -> _Statements:
+    key = next(iter(table.c.source_id.foreign_keys)).column
+    return statements(table, key, dialects.of(conn))

@@ -35,22 +35,38 @@ class Capabilities:
 
     def now(self) -> ColumnElement[dt.datetime]:
         """The server's current time as naive UTC."""
-        return self.now_plus(0.0)
+        return self._shift(None)
 
     def now_plus(self, seconds: float) -> ColumnElement[dt.datetime]:
         """The server's current time plus ``seconds``, as naive UTC."""
+        return self._shift(sa.literal(self.seconds_value(seconds)))
+
+    def now_plus_param(self, name: str) -> ColumnElement[dt.datetime]:
+        """The server's current time plus a bound parameter ``name`` (see ``seconds_value``)."""
+        kind: Any = sa.Float() if self.name == "postgresql" else (
+            sa.Integer() if self.name in ("mysql", "mariadb") else sa.String()
+        )
+        return self._shift(sa.bindparam(name, type_=kind))
+
+    def seconds_value(self, seconds: float) -> Any:
+        """The value that ``now_plus_param`` binds for ``seconds`` on this server."""
+        if self.name == "postgresql":
+            return float(seconds)
+        if self.name in ("mysql", "mariadb"):
+            return int(seconds * 1_000_000)
+        return f"{float(seconds):+.6f} seconds"
+
+    def _shift(self, offset: Any) -> ColumnElement[dt.datetime]:
         if self.name == "postgresql":
             expr: ColumnElement[Any] = sa.func.timezone("UTC", sa.func.statement_timestamp())
-            if seconds:
-                expr = expr + sa.func.make_interval(0, 0, 0, 0, 0, 0, sa.literal(float(seconds)))
+            if offset is not None:
+                expr = expr + sa.func.make_interval(0, 0, 0, 0, 0, 0, offset)
         elif self.name in ("mysql", "mariadb"):
             expr = sa.func.utc_timestamp(6)
-            if seconds:
-                expr = sa.func.timestampadd(
-                    sa.literal_column("MICROSECOND"), sa.literal(int(seconds * 1_000_000)), expr
-                )
+            if offset is not None:
+                expr = sa.func.timestampadd(sa.literal_column("MICROSECOND"), offset, expr)
         else:
-            expr = sa.func.strftime(_SQLITE_DATETIME, "now", sa.literal(f"{float(seconds):+.6f} seconds"))
+            expr = sa.func.strftime(_SQLITE_DATETIME, "now", offset if offset is not None else "+0 seconds")
         return sa.type_coerce(expr, sa.DateTime())
 
     def insert_ignoring_duplicate(self, table: sa.Table, key: str) -> Any:
@@ -114,15 +130,16 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, sa.exc.DisconnectionError | ConnectionError | TimeoutError)
 
 
-def relax_durability(conn: Connection) -> None:
-    """Let this transaction's commit skip waiting for the disk (PostgreSQL only).
+def relax_statement(caps: Capabilities) -> sa.Select[Any] | None:
+    """A statement that lets its transaction's commit skip waiting for the disk (PostgreSQL).
 
     Safe for dbworker's own bookkeeping (claims, renewals, give-backs): WAL is flushed in
     order, so a handler's durable commit also makes durable every claim before it; a claim
-    lost in a server crash is only an item that will be claimed again.
+    lost in a server crash is only an item that will be claimed again. None elsewhere.
     """
-    if conn.dialect.name == "postgresql":
-        conn.execute(sa.select(sa.func.set_config("synchronous_commit", "off", True)))
+    if caps.name == "postgresql":
+        return sa.select(sa.func.set_config("synchronous_commit", "off", True))
+    return None
 
 
 def connect(engine: Engine) -> Connection:
