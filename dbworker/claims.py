@@ -48,6 +48,8 @@ class _Statements:
     blocked: sa.ColumnElement[bool]
     blocked_after: sa.ColumnElement[bool]
     relax: sa.Select[Any] | None
+    every: sa.Select[Any]  # eligible=None: every claimable row in key order, from the start
+    every_after: sa.Select[Any]  # ... and from a cursor
     first: Any
     first_many: Any  # PostgreSQL: first claims of many items in one statement; else None
     again: sa.Update
@@ -93,11 +95,15 @@ def statements(table: sa.Table, key: sa.Column[Any], caps: dialects.Capabilities
     }
     held = sa.and_(w.source_id == sid, w.claim_token == token, w.execution_status == WORKING)
     expired = sa.or_(w.lease_expires_at.is_(None), w.lease_expires_at <= caps.now())
+    blocked_plain = _blocked(table, key, caps, cursor=False)
+    blocked_after = _blocked(table, key, caps, cursor=True)
     built = _Statements(
         table=table,
-        blocked=_blocked(table, key, caps, cursor=False),
-        blocked_after=_blocked(table, key, caps, cursor=True),
+        blocked=blocked_plain,
+        blocked_after=blocked_after,
         relax=dialects.relax_statement(caps),
+        every=_lock(caps, key, _order_limit(_narrow_with(blocked_plain, blocked_after, key, sa.select(key.table), swept=False), key)),
+        every_after=_lock(caps, key, _order_limit(_narrow_with(blocked_plain, blocked_after, key, sa.select(key.table), swept=True), key)),
         first=caps.insert_ignoring_duplicate(table, "source_id").values(source_id=sid, **taking),
         first_many=_first_many(table, caps),
         again=sa.update(table).where(w.source_id == sid, w.execution_status == UNFINISHED).values(**taking),
@@ -173,10 +179,31 @@ def claimable(
 
 
 def _narrow(st: _Statements, key: sa.Column[Any], query: sa.Select[Any], *, swept: bool) -> sa.Select[Any]:
+    return _narrow_with(st.blocked, st.blocked_after, key, query, swept=swept)
+
+
+def _narrow_with(
+    blocked_plain: sa.ColumnElement[bool],
+    blocked_after: sa.ColumnElement[bool],
+    key: sa.Column[Any],
+    query: sa.Select[Any],
+    *,
+    swept: bool,
+) -> sa.Select[Any]:
     query = query.with_only_columns(key, maintain_column_froms=True)
     if swept:
-        return query.where(key > sa.bindparam("dbw_after", type_=key.type), ~st.blocked_after)
-    return query.where(~st.blocked)
+        return query.where(key > sa.bindparam("dbw_after", type_=key.type), ~blocked_after)
+    return query.where(~blocked_plain)
+
+
+def _order_limit(query: sa.Select[Any], key: sa.Column[Any]) -> sa.Select[Any]:
+    return query.order_by(key).limit(sa.bindparam("dbw_limit", type_=sa.Integer()))
+
+
+def _lock(caps: dialects.Capabilities, key: sa.Column[Any], query: sa.Select[Any]) -> sa.Select[Any]:
+    if caps.skip_locked:
+        return query.with_for_update(skip_locked=True, of=key.table if caps.lock_of else None)
+    return query
 
 
 def is_ordered(query: sa.Select[Any]) -> bool:
@@ -216,16 +243,18 @@ def claim(
     """
     caps = dialects.of(conn)
     st = statements(table, key, caps)
-    base = eligible_query(eligible, key)
-    swept = not is_ordered(base)
-    cursor = swept and after is not None
-    query = _narrow(st, key, base, swept=cursor)
-    if swept:
-        query = query.order_by(key)
-    query = query.limit(limit)
-    if caps.skip_locked:
-        query = query.with_for_update(skip_locked=True, of=key.table if caps.lock_of else None)
-    params = {"dbw_after": after} if cursor else {}
+    params: dict[str, Any] = {"dbw_limit": limit}
+    if eligible is None:  # prebuilt: every row of the source, in key order
+        swept = True
+        query = st.every if after is None else st.every_after
+    else:
+        base = eligible_query(eligible, key)
+        swept = not is_ordered(base)
+        query = _narrow(st, key, base, swept=swept and after is not None)
+        query = _order_limit(query, key) if swept else query.limit(sa.bindparam("dbw_limit", type_=sa.Integer()))
+        query = _lock(caps, key, query)
+    if swept and after is not None:
+        params["dbw_after"] = after
     lease = caps.seconds_value(lease_seconds)
     taken: list[Claim] = []
     try:

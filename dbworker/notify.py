@@ -9,6 +9,8 @@ of our items ended, so dependent workers of other coordinators claim at once).
 from __future__ import annotations
 
 import logging
+import os
+import select
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -25,7 +27,7 @@ CHANNEL = "dbworker"
 DONE = "done"
 FUNCTION = "dbworker_notify"
 TRIGGER = "dbworker_notify"
-_ANNOUNCE_EVERY = 0.1  # seconds: "done" announcements are batched this much
+_IDLE_CHECK_SECONDS = 5.0  # an idle listener still looks at its stop flag this often
 
 
 def trigger_statements(conn: sa.Connection, table: sa.Table) -> list[str]:
@@ -62,6 +64,9 @@ class Listener:
         self._secrets = secrets
         self._stop = threading.Event()
         self._announce = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         self.thread = threading.Thread(target=self._run, name="dbworker-listen", daemon=True)
 
     def start(self) -> None:
@@ -69,10 +74,19 @@ class Listener:
 
     def stop(self) -> None:
         self._stop.set()
+        self._poke()
 
     def announce_done(self) -> None:
-        """Tell other coordinators an item ended (sent within ~0.1 s, batched)."""
-        self._announce.set()
+        """Tell other coordinators an item ended (batched while the listener is busy)."""
+        if not self._announce.is_set():
+            self._announce.set()
+            self._poke()
+
+    def _poke(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass  # a wake-up is pending already, or we are closing
 
     def _run(self) -> None:
         errors = Backoff(0.2, 10.0, jitter=0.5)
@@ -95,15 +109,25 @@ class Listener:
                         raw.close()
                     except Exception:  # noqa: BLE001
                         pass
+        os.close(self._wake_r)
+        os.close(self._wake_w)
 
     def _listen(self, conn: Any) -> None:
+        # Sleep in select() on the connection's socket and a self-pipe for announcements:
+        # an idle coordinator costs no CPU here, and notifications act at once.
         own = conn.info.backend_pid
         while not self._stop.is_set():
-            for note in conn.notifies(timeout=_ANNOUNCE_EVERY):
+            for note in conn.notifies(timeout=0.0):
                 if note.pid != own:  # our own "done" was already acted on locally
                     self._on_notify(note.payload)
-                if self._stop.is_set() or self._announce.is_set():
-                    break
             if self._announce.is_set():
                 self._announce.clear()
                 conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, DONE))
+                continue
+            readable, _, _ = select.select([conn.fileno(), self._wake_r], [], [], _IDLE_CHECK_SECONDS)
+            if self._wake_r in readable:
+                try:
+                    while os.read(self._wake_r, 4096):
+                        pass
+                except BlockingIOError:
+                    pass
