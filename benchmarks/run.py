@@ -296,6 +296,18 @@ def main(argv: list[str] | None = None) -> int:
                         redis_client=redis_client, log_dir=log_dir, cwd=ROOT, rng=rng,
                         budget=args.budget,
                     )  # fmt: skip
+                    if result.error:
+                        # Other engineers' tests restart PostgreSQL now and then: one more try.
+                        print(_progress(result, time.monotonic() - t0) + "; retrying once",
+                              flush=True)  # fmt: skip
+                        time.sleep(5.0)
+                        first_error = result.error
+                        result = workloads.run_once(
+                            system, workload, repeat=repeat, counter=counter,
+                            redis_client=redis_client, log_dir=log_dir / "retry", cwd=ROOT,
+                            rng=rng, budget=args.budget,
+                        )  # fmt: skip
+                        result.note = f"retried after: {first_error.splitlines()[0]}"
                     record = result.as_dict()
                     if system.name.startswith("dbworker"):
                         record["library"] = library_fingerprint()
