@@ -32,6 +32,8 @@ class Metric:
 
 METRICS: tuple[Metric, ...] = (
     Metric("drain_noop", "drain_noop", "items_per_s", "drain no-op, items/s", True),
+    Metric("drain_steady", "drain_noop", "steady_items_per_s", "  no-op rate after 1st completion", True),
+    Metric("drain_first", "drain_noop", "first_done_ms", "  no-op first completion, ms", False, 1),
     Metric("drain_write", "drain_write", "items_per_s", "drain one write, items/s", True),
     Metric("latency_p50", "latency", "latency_p50_ms", "latency p50, ms", False, 1),
     Metric("latency_p99", "latency", "latency_p99_ms", "latency p99, ms", False, 1),

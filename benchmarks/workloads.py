@@ -89,6 +89,8 @@ class RunResult:
     history: int
     seconds: float | None = None
     items_per_s: float | None = None
+    first_done_ms: float | None = None  # from the enqueue to the first completion seen
+    steady_items_per_s: float | None = None  # the rate after the first completion seen
     enqueue_seconds: float | None = None
     cpu_ms_per_item: float | None = None
     db_cpu_ms_per_item: float | None = None
@@ -189,8 +191,11 @@ def _wait_done(
     budget: float | None = None,
     interval: float = 0.02,
     on_tick: Callable[[], None] | None = None,
-) -> tuple[float, int]:
-    """Poll until every item is complete; return (perf_counter at that poll, 0).
+) -> tuple[float, int, tuple[float, int] | None]:
+    """Poll until every item is complete; return (perf_counter at that poll, 0, first).
+
+    ``first`` is (perf_counter, items left) at the first poll that saw some but not all
+    items complete, so a drain's wake-up delay can be told apart from its rate.
 
     With a ``budget`` (seconds), a drain still going when it runs out ends early and returns
     how many items were left, so a very slow system yields a rate instead of a timeout.
@@ -202,6 +207,7 @@ def _wait_done(
     last_tick = begun
     left = len(items)
     best, progressed = left, begun
+    first: tuple[float, int] | None = None
     last_error: Exception | None = None
     while True:
         stamp = time.perf_counter()
@@ -210,11 +216,13 @@ def _wait_done(
         except Exception as exc:
             left = -1
             last_error = exc
+        if first is None and 0 < left < len(items):
+            first = (stamp, left)
         if left == 0:
             time.sleep(interval)
             with contextlib.suppress(Exception):
                 if system.outstanding(kind, items) == 0:
-                    return stamp, 0
+                    return stamp, 0, first
         for pod in pods:
             if not pod.alive():
                 raise RuntimeError(
@@ -230,7 +238,7 @@ def _wait_done(
                 f"completed for {STALL_SECONDS:.0f}s; see {pods[0].log_path}"
             )
         if budget is not None and now - begun > budget and 0 < best < len(items):
-            return stamp, best
+            return stamp, best, first
         if now > deadline:
             raise RuntimeError(
                 f"{system.name}: {best} of {len(items)} items still outstanding after "
@@ -350,12 +358,16 @@ def _measure_drain(
     system.enqueue(list(measured), workload.kind)
     result.enqueue_seconds = time.perf_counter() - started
     timeout = max(180.0, workload.items / 10.0)
-    finished, left = _wait_done(
+    finished, left, first = _wait_done(
         system, workload.kind, measured, pods, timeout=timeout, budget=budget, on_tick=sample
     )
     done = workload.items - left
     result.seconds = finished - started
     result.items_per_s = done / result.seconds
+    if first is not None and finished > first[0]:
+        # Wake-up apart: how long until the first completion, and the rate from there on.
+        result.first_done_ms = (first[0] - started) * 1000.0
+        result.steady_items_per_s = (first[1] - left) / (finished - first[0])
     if left:
         result.partial = True
         result.note = f"budget of {budget:.0f}s ran out: {done} of {workload.items} items drained"
