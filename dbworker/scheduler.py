@@ -194,6 +194,8 @@ class WorkerLoop:
         poll = Backoff(settings.poll_seconds, settings.max_poll_seconds)
         errors = Backoff(ERROR_FIRST_WAIT, ERROR_MAX_WAIT, jitter=0.5)
         next_claim = 0.0
+        timed = False  # is the claim due a timed poll (True) or a wake-up / completion (False)?
+        last_wait: float | None = None
         last_trip = time.monotonic()
         while True:
             stopping = self._stopping.is_set()
@@ -213,10 +215,10 @@ class WorkerLoop:
                 self._waker.drain()
             if self._claim_now:
                 self._claim_now = False
-                next_claim = 0.0
+                next_claim, timed = 0.0, False
             for ev in events:
                 if self._handle(ev):
-                    next_claim = 0.0
+                    next_claim, timed = 0.0, False
             self._dispatch()
             if self._stopping.is_set():
                 continue
@@ -233,8 +235,16 @@ class WorkerLoop:
                 last_trip = time.monotonic()
                 if taken:
                     poll.reset()
-                # Fewer than asked for means nothing more is claimable now: wait, doubling.
-                next_claim = 0.0 if len(taken) >= want else last_trip + poll.next()
+                    last_wait = None
+                if len(taken) >= want:
+                    next_claim, timed = 0.0, False
+                else:
+                    # Nothing more is claimable now: wait. A timed poll that found nothing
+                    # doubles the wait; a wake-up that found nothing keeps the current one,
+                    # so the end of a burst does not push the next poll to the ceiling.
+                    wait = poll.next() if timed or last_wait is None else last_wait
+                    last_wait = wait
+                    next_claim, timed = last_trip + wait, True
             elif now - last_trip >= settings.max_poll_seconds:
                 # No claim is due (all slots busy, or draining): keep the heartbeat honest.
                 try:
