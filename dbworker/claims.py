@@ -52,6 +52,8 @@ class _Statements:
     every_after: sa.Select[Any]  # ... and from a cursor
     first: Any
     first_many: Any  # PostgreSQL: first claims of many items in one statement; else None
+    one_shot: Any  # PostgreSQL 13+, eligible=None: the whole claim as one statement; else None
+    one_shot_after: Any
     again: sa.Update
     over: sa.Update
     renew: sa.Update
@@ -106,6 +108,8 @@ def statements(table: sa.Table, key: sa.Column[Any], caps: dialects.Capabilities
         every_after=_lock(caps, key, _order_limit(_narrow_with(blocked_plain, blocked_after, key, sa.select(key.table), swept=True), key)),
         first=caps.insert_ignoring_duplicate(table, "source_id").values(source_id=sid, **taking),
         first_many=_first_many(table, caps),
+        one_shot=_one_shot(table, key, caps, blocked_plain, blocked_after, cursor=False),
+        one_shot_after=_one_shot(table, key, caps, blocked_plain, blocked_after, cursor=True),
         again=sa.update(table).where(w.source_id == sid, w.execution_status == UNFINISHED).values(**taking),
         over=sa.update(table).where(w.source_id == sid, w.execution_status == WORKING, expired).values(**taking),
         renew=sa.update(table).where(held).values(lease_expires_at=caps.now_plus_param("dbw_lease")),
@@ -137,6 +141,67 @@ def _first_many(table: sa.Table, caps: dialects.Capabilities) -> Any:
         .from_select(columns, rows)
         .on_conflict_do_nothing(index_elements=["source_id"])
         .returning(w.source_id)
+    )
+
+
+def _one_shot(
+    table: sa.Table,
+    key: sa.Column[Any],
+    caps: dialects.Capabilities,
+    blocked_plain: sa.ColumnElement[bool],
+    blocked_after: sa.ColumnElement[bool],
+    *,
+    cursor: bool,
+) -> Any:
+    """Every claimable row in key order, taken in one autocommitted statement (PostgreSQL 13+).
+
+    A CTE locks the candidates FOR UPDATE SKIP LOCKED; an INSERT ... ON CONFLICT DO UPDATE
+    takes each one whose record is absent, unfinished or expired (decided on the latest row
+    version, as the separate statements do); the result lists every candidate in key order
+    with its new token (NULL when another process won it) and its previous status. One
+    round trip instead of BEGIN, SET, SELECT, INSERT and COMMIT.
+    """
+    if caps.name != "postgresql" or not caps.gen_random_uuid:
+        return None
+    w = table.c
+    previous = sa.select(w.execution_status).where(w.source_id == key).scalar_subquery()
+    candidates = _narrow_with(blocked_plain, blocked_after, key, sa.select(key.table), swept=cursor)
+    candidates = candidates.add_columns(
+        previous.label("dbw_previous"),
+        # This statement's own transaction commits without waiting for the disk (see relax).
+        sa.func.set_config("synchronous_commit", "off", True).label("dbw_relax"),
+    )
+    c = _lock(caps, key, _order_limit(candidates, key)).cte("dbw_candidates")
+    cid = c.c[key.name]
+    rows = sa.select(
+        cid,
+        sa.literal(WORKING),
+        sa.cast(sa.func.gen_random_uuid(), sa.String()),
+        caps.now_plus_param("dbw_lease"),
+        sa.null(),
+    )
+    insert = postgresql.insert(table).from_select(
+        ["source_id", "execution_status", "claim_token", "lease_expires_at", "error"], rows
+    )
+    expired = sa.or_(w.lease_expires_at.is_(None), w.lease_expires_at <= caps.now())
+    taken = (
+        insert.on_conflict_do_update(
+            index_elements=["source_id"],
+            set_={
+                "execution_status": WORKING,
+                "claim_token": insert.excluded.claim_token,
+                "lease_expires_at": insert.excluded.lease_expires_at,
+                "error": None,
+            },
+            where=sa.or_(w.execution_status == UNFINISHED, sa.and_(w.execution_status == WORKING, expired)),
+        )
+        .returning(w.source_id, w.claim_token)
+        .cte("dbw_taken")
+    )
+    return (
+        sa.select(cid, taken.c.claim_token, c.c.dbw_previous)
+        .select_from(c.outerjoin(taken, taken.c.source_id == cid))
+        .order_by(cid)
     )
 
 
@@ -244,6 +309,18 @@ def claim(
     caps = dialects.of(conn)
     st = statements(table, key, caps)
     params: dict[str, Any] = {"dbw_limit": limit}
+    one_shot = st.one_shot if after is None else st.one_shot_after
+    if eligible is None and one_shot is not None and not conn.in_transaction():
+        if after is not None:
+            params["dbw_after"] = after
+        params["dbw_lease"] = caps.seconds_value(lease_seconds)
+        rows = conn.execution_options(isolation_level="AUTOCOMMIT").execute(one_shot, params).all()
+        got = [
+            Claim(source_id, token, taken_over=previous == WORKING)
+            for source_id, token, previous in rows
+            if token is not None
+        ]
+        return Round(got, len(rows), rows[-1][0] if rows else None, True)
     if eligible is None:  # prebuilt: every row of the source, in key order
         swept = True
         query = st.every if after is None else st.every_after

@@ -32,6 +32,7 @@ class Capabilities:
     name: str  # "sqlite", "postgresql", "mysql" or "mariadb"
     skip_locked: bool  # SELECT ... FOR UPDATE SKIP LOCKED decides claims
     lock_of: bool  # FOR UPDATE OF <table> is accepted
+    gen_random_uuid: bool = False  # PostgreSQL 13+: tokens can be made by the server
 
     def now(self) -> ColumnElement[dt.datetime]:
         """The server's current time as naive UTC."""
@@ -94,7 +95,9 @@ def capabilities(dialect: Dialect) -> Capabilities:
     """The capabilities of the server behind ``dialect`` (it must have connected once)."""
     version = tuple(dialect.server_version_info or ())
     if dialect.name == "postgresql":
-        return Capabilities("postgresql", skip_locked=version >= (9, 5), lock_of=True)
+        return Capabilities(
+            "postgresql", skip_locked=version >= (9, 5), lock_of=True, gen_random_uuid=version >= (13,)
+        )
     if dialect.name in ("mysql", "mariadb"):
         if getattr(dialect, "is_mariadb", False):
             return Capabilities("mariadb", skip_locked=version >= (10, 6), lock_of=False)

@@ -76,3 +76,19 @@ def test_transient_errors_are_told_from_bugs() -> None:
     assert dialects.is_transient(locked) and dialects.is_transient(deadlock)
     assert not dialects.is_transient(integrity)
     assert not dialects.is_transient(ValueError("x"))
+
+
+def test_postgresql_one_statement_claim_compiles() -> None:
+    d, caps = _dialect("postgresql")
+    assert caps.gen_random_uuid
+    st = claims.statements(TABLE, KEY, caps)
+    for stmt in (st.one_shot, st.one_shot_after):
+        sql = str(stmt.compile(dialect=d))
+        assert "FOR UPDATE OF items SKIP LOCKED" in sql
+        assert "ON CONFLICT (source_id) DO UPDATE" in sql and "RETURNING" in sql
+        assert "gen_random_uuid()" in sql
+    old = postgresql.psycopg.dialect()
+    old.server_version_info = (12, 9)
+    old_caps = dialects.capabilities(old)
+    assert claims.statements(TABLE, KEY, old_caps).one_shot is None  # no server-made tokens: statements
+    assert claims.statements(TABLE, KEY, _dialect("mariadb")[1]).one_shot is None
