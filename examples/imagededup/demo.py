@@ -166,10 +166,10 @@ def groups_from(queries: list[dict[str, Any]]) -> list[set[int]]:
     return sorted((g for g in found.values() if len(g) > 1), key=lambda g: (-len(g), min(g)))
 
 
-def run(groups: int, timeout: float, out: TextIO) -> int:
-    workdir = Path(tempfile.mkdtemp(prefix="imagededup-demo-"))
+def services(database_url: str, workdir: Path, *, poll_seconds: float = 0.1) -> tuple[Service, Service, int, int]:
+    """The API and the worker service on ``database_url`` (not started): api, worker, their ports."""
     api_port, metrics_port = free_port(), free_port()
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{workdir / 'imagededup.sqlite'}"}
+    env = {**os.environ, "DATABASE_URL": database_url}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     api = Service(
         "API",
@@ -201,7 +201,7 @@ def run(groups: int, timeout: float, out: TextIO) -> int:
             "--metrics-port",
             str(metrics_port),
             "--poll-seconds",
-            "0.1",
+            str(poll_seconds),
             "--max-poll-seconds",
             "0.5",
             "--drain-seconds",
@@ -210,6 +210,12 @@ def run(groups: int, timeout: float, out: TextIO) -> int:
         workdir / "worker.log",
         env,
     )
+    return api, worker, api_port, metrics_port
+
+
+def run(groups: int, timeout: float, out: TextIO) -> int:
+    workdir = Path(tempfile.mkdtemp(prefix="imagededup-demo-"))
+    api, worker, api_port, metrics_port = services(f"sqlite:///{workdir / 'imagededup.sqlite'}", workdir)
     out.write(
         f"imagededup demo: SQLite database and logs in {workdir} (removed if all goes well)\n"
     )

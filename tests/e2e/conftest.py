@@ -7,8 +7,6 @@ them) and always stopped with SIGTERM at the end of the test, SIGKILL only past 
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,48 +68,7 @@ class System:
 
 
 def start_system(database_url: str, workdir: Path) -> System:
-    api_port, metrics_port = demo.free_port(), demo.free_port()
-    env = {**os.environ, "DATABASE_URL": database_url}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(demo.ROOT), env.get("PYTHONPATH")) if p)
-    api = demo.Service(
-        "API",
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "examples.imagededup.api:app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(api_port),
-            "--log-level",
-            "warning",
-        ],
-        workdir / "api.log",
-        env,
-    )
-    worker = demo.Service(
-        "worker service",
-        [
-            sys.executable,
-            "-m",
-            "dbworker",
-            "run",
-            APP,
-            "--metrics-host",
-            "127.0.0.1",
-            "--metrics-port",
-            str(metrics_port),
-            "--poll-seconds",
-            "0.05",
-            "--max-poll-seconds",
-            "0.5",
-            "--drain-seconds",
-            "20",
-        ],
-        workdir / "worker.log",
-        env,
-    )
+    api, worker, api_port, metrics_port = demo.services(database_url, workdir, poll_seconds=0.05)
     client = httpx.Client(base_url=f"http://127.0.0.1:{api_port}", timeout=30)
     return System(api, worker, client, f"http://127.0.0.1:{metrics_port}/metrics")
 
