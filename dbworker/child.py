@@ -133,8 +133,7 @@ class Runner:
                 return RETRY, self._describe(exc)
             return (FINISHED if status is ExecutionStatus.FINISHED else UNFINISHED), None
         finally:
-            session.info[_MAY_COMMIT] = True  # closing may need to end the transaction
-            session.close()
+            session.close()  # rolls back whatever is left; never commits
 
     def _record_failure(self, claim: claims.Claim, error: str) -> tuple[str, str | None]:
         try:

@@ -308,12 +308,13 @@ def claim(
     """
     caps = dialects.of(conn)
     st = statements(table, key, caps)
+    lease = caps.seconds_value(lease_seconds)
     params: dict[str, Any] = {"dbw_limit": limit}
     one_shot = st.one_shot if after is None else st.one_shot_after
     if eligible is None and one_shot is not None and not conn.in_transaction():
         if after is not None:
             params["dbw_after"] = after
-        params["dbw_lease"] = caps.seconds_value(lease_seconds)
+        params["dbw_lease"] = lease
         rows = conn.execution_options(isolation_level="AUTOCOMMIT").execute(one_shot, params).all()
         got = [
             Claim(source_id, token, taken_over=previous == WORKING)
@@ -332,7 +333,6 @@ def claim(
         query = _lock(caps, key, query)
     if swept and after is not None:
         params["dbw_after"] = after
-    lease = caps.seconds_value(lease_seconds)
     taken: list[Claim] = []
     try:
         if st.relax is not None:
@@ -380,8 +380,7 @@ def take(
 
     Each is a conditional write whose row count says whether this process won the item.
     """
-    key = next(iter(table.c.source_id.foreign_keys)).column
-    return _take(conn, statements(table, key, caps), source_id, caps.seconds_value(lease_seconds))
+    return _take(conn, _for(conn, table), source_id, caps.seconds_value(lease_seconds))
 
 
 def _take(conn: Connection, st: _Statements, source_id: Any, lease: Any) -> Claim | None:

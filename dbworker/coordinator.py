@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import logging
+import os
 import pickle
 import threading
 import time
@@ -297,8 +298,6 @@ class Coordinator:
             self._listener.start()
 
     def _child_config(self, worker: RegisteredWorker) -> ChildConfig:
-        import os
-
         config = ChildConfig(
             worker=worker.name,
             database_url=self._url.render_as_string(hide_password=False),
