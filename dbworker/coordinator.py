@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from dbworker import claims, dialects, notify, redact, status, tables, upgrade
+from dbworker import claims, dependencies, dialects, notify, redact, status, tables, upgrade
 from dbworker.child import ChildConfig
 from dbworker.contract import Eligible, ExecutionStatus
 from dbworker.dialects import connect
@@ -102,6 +102,8 @@ class Coordinator:
         self._stopped = False
         self._abort = threading.Event()
         self._loops: list[WorkerLoop] = []
+        self._deps: dict[str, frozenset[str]] = {}  # worker -> the workers it waits for
+        self._awaited: frozenset[str] | None = frozenset()  # None: any worker may be awaited
         self._keeper: LeaseKeeper | None = None
         self._listener: notify.Listener | None = None
         self._engine: Engine | None = None
@@ -270,6 +272,9 @@ class Coordinator:
         engine = self.engine
         if engine.dialect.name == "sqlite":
             _sqlite_wal(engine)
+        # Every registered worker counts, started here or not: other pods start the others.
+        self._deps = dependencies.dependency_map(self._registry.values())
+        self._awaited = dependencies.awaited(self._deps)
         self._loops = [
             WorkerLoop(
                 w,
@@ -277,7 +282,7 @@ class Coordinator:
                 settings=self._settings,
                 child_config=configs[w.name],
                 observer=self._observers,
-                on_item_done=self._wake_all,
+                on_item_done=self._item_done,
                 secrets=self._secrets,
             )
             for w in selected
@@ -322,17 +327,29 @@ class Coordinator:
         return notify.Listener(engine, self._on_notify, secrets=self._secrets)
 
     def _on_notify(self, payload: str) -> None:
-        for loop in self._loops:
-            if payload == notify.DONE or payload == loop.worker.key.table.name:
-                loop.wake()
+        if payload == notify.DONE:  # an item of some worker ended: wake every dependent loop
+            for loop in self._loops:
+                if self._deps.get(loop.worker.name):
+                    loop.wake()
+        elif payload.startswith(notify.DONE + ":"):
+            self._wake_waiters(payload[len(notify.DONE) + 1 :])
+        else:  # a source table changed
+            for loop in self._loops:
+                if payload == loop.worker.key.table.name:
+                    loop.wake()
 
-    def _wake_all(self) -> None:
-        # An item that ended may make another worker's item eligible (has_execution_status),
-        # here or in another coordinator.
+    def _item_done(self, worker: str) -> None:
+        # An item that ended may make another worker's items eligible (has_execution_status),
+        # here or in another coordinator; the worker's own loop claims again by itself.
+        self._wake_waiters(worker, skip=worker)
+        if self._listener is not None and (self._awaited is None or worker in self._awaited):
+            self._listener.announce_done(worker)
+
+    def _wake_waiters(self, ended: str, *, skip: str | None = None) -> None:
+        waiting = set(dependencies.waiters(self._deps, ended))
         for loop in self._loops:
-            loop.wake()
-        if self._listener is not None:
-            self._listener.announce_done()
+            if loop.worker.name in waiting and loop.worker.name != skip:
+                loop.wake()
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop claiming and wait for running handlers to finish.

@@ -2,8 +2,9 @@
 
 One listener thread per coordinator holds a connection LISTENing on the ``dbworker``
 channel. Payloads are a source table's name (sent by the opt-in statement trigger that
-``install_triggers`` puts on the application's source tables) or ``done`` (sent when one
-of our items ended, so dependent workers of other coordinators claim at once).
+``install_triggers`` puts on the application's source tables) or ``done:<worker>`` (sent
+when an item of a worker that others wait for ended, so dependent workers of other
+coordinators claim at once).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dbworker.backoff import Backoff
 log = logging.getLogger("dbworker")
 
 CHANNEL = "dbworker"
-DONE = "done"
+DONE = "done"  # + ":<worker>"; a bare "done" (any worker) is still understood
 FUNCTION = "dbworker_notify"
 TRIGGER = "dbworker_notify"
 _IDLE_CHECK_SECONDS = 5.0  # an idle listener still looks at its stop flag this often
@@ -64,6 +65,8 @@ class Listener:
         self._secrets = secrets
         self._stop = threading.Event()
         self._announce = threading.Event()
+        self._ended: set[str] = set()
+        self._ended_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -76,8 +79,10 @@ class Listener:
         self._stop.set()
         self._poke()
 
-    def announce_done(self) -> None:
-        """Tell other coordinators an item ended (batched while the listener is busy)."""
+    def announce_done(self, worker: str) -> None:
+        """Tell other coordinators an item of ``worker`` ended (batched while the listener is busy)."""
+        with self._ended_lock:
+            self._ended.add(worker)
         if not self._announce.is_set():
             self._announce.set()
             self._poke()
@@ -122,7 +127,12 @@ class Listener:
                     self._on_notify(note.payload)
             if self._announce.is_set():
                 self._announce.clear()
-                conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, DONE))
+                with self._ended_lock:
+                    ended, self._ended = sorted(self._ended), set()
+                conn.execute(
+                    "SELECT pg_notify(%s, %s || name) FROM unnest(%s::text[]) AS name",
+                    (CHANNEL, DONE + ":", ended),
+                )
                 continue
             readable, _, _ = select.select([conn.fileno(), self._wake_r], [], [], _IDLE_CHECK_SECONDS)
             if self._wake_r in readable:

@@ -33,7 +33,7 @@ ERROR_FIRST_WAIT = 0.1
 ERROR_MAX_WAIT = 5.0
 PREFETCH_BELOW_SECONDS = 0.5  # handlers faster than this on average get prefetched items
 PREFETCH_WINDOW_SECONDS = 0.1  # ... as many per slot as fit in this much handler time
-PREFETCH_MAX_PER_SLOT = 4
+PREFETCH_MAX_PER_SLOT = 16
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class WorkerLoop:
         settings: Settings,
         child_config: child.ChildConfig,
         observer: Observer,
-        on_item_done: Callable[[], None],
+        on_item_done: Callable[[str], None],
         secrets: tuple[str, ...],
     ) -> None:
         self.worker = worker
@@ -324,7 +324,7 @@ class WorkerLoop:
             self._observer.executed(name, outcome=outcome, seconds=report.seconds)
             self._observer.active(name, running=len(self.pool.busy_claims()))
             if outcome in (child.FINISHED, child.UNFINISHED, child.FAILED):
-                self._on_item_done()
+                self._on_item_done(name)
             return True
         if ev.claim is None:
             if ev.before_ready:

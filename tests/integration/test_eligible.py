@@ -108,3 +108,45 @@ def test_notify_trigger_wakes_workers_without_polling(app: App) -> None:
     [i] = app.add("finish")
     # Well within the 120 s poll: the notification woke the worker.
     app.wait_status([i], (ExecutionStatus.FINISHED,), timeout=60)
+
+
+def _register_second(c: Any) -> None:
+    """A worker "second" that takes an item once worker "items" finished it."""
+
+    def after_items() -> sa.Select[Any]:
+        return sa.select(basic.Item).where(
+            c.has_execution_status(worker="items", source_id=basic.Item.id, statuses=[ExecutionStatus.FINISHED])
+        )
+
+    c.transactional_worker(name="second", source=basic.Item, eligible=after_items)(basic.handle)
+
+
+def test_dependent_worker_of_another_coordinator_wakes_when_the_item_it_waits_for_ends(app: App) -> None:
+    """PostgreSQL: "items" ends an item in one coordinator; "second" in another claims it at once."""
+    if app.db.backend != "postgresql":
+        pytest.skip("LISTEN/NOTIFY exists on PostgreSQL only; other servers poll")
+    first = app.coordinator()
+    _register_second(first)
+    first.create_worker_tables()
+    # Polls only every 120 s: only the "done" announcement can wake the dependent worker in time.
+    waiting = app.coordinator(poll_seconds=120, max_poll_seconds=120)
+    _register_second(waiting)
+    empty_polls: list[float] = []
+
+    class Polls(Observer):
+        def claimed(self, worker: str, *, count: int, taken_over: int, seconds: float) -> None:
+            if count == 0:
+                empty_polls.append(seconds)
+
+    waiting.add_observer(Polls())
+    waiting.start(workers=["second"])
+    wait_until(lambda: empty_polls, what="the dependent worker's first, empty poll")
+    [i] = app.add("finish")
+    first.start(workers=["items"])
+    app.wait_status([i], (ExecutionStatus.FINISHED,))
+
+    def second() -> ExecutionStatus | None:
+        with Session(app.db.engine) as s:
+            return waiting.execution_status(s, worker="second", source_id=i)
+
+    wait_until(lambda: second() is ExecutionStatus.FINISHED, timeout=60, what="the dependent worker to finish the item")
