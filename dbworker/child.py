@@ -88,6 +88,11 @@ class Runner:
         self.engine = sa.create_engine(config.database_url, **config.engine_options)
         self.table = tables.work_table(config.worker, config.source)
         self.secrets = redact.url_secrets(config.database_url)
+        self._complete = claims.Completer(self.table)
+        # Built once: session.get() redoes per call what a fresh session never needs
+        # (identity-map lookup, a new statement and its cache key).
+        key = sa.inspect(config.source).primary_key[0]
+        self._load = sa.select(config.source).where(key == sa.bindparam("dbw_key", type_=key.type))
 
     def run(self, claim: claims.Claim) -> Report:
         start = time.perf_counter()
@@ -102,10 +107,11 @@ class Runner:
         return redact.redact(text, self.secrets)
 
     def _execute(self, claim: claims.Claim) -> tuple[str, str | None]:
-        session = HandlerSession(self.engine)
+        # No expiry at commit: the session closes right after, so reloading is never needed.
+        session = HandlerSession(self.engine, expire_on_commit=False)
         try:
             try:
-                row = session.get(self.config.source, claim.source_id)
+                row = session.execute(self._load, {"dbw_key": claim.source_id}).scalar_one_or_none()
                 if row is None:
                     raise LookupError(
                         f"source row {claim.source_id!r} of {self.config.source.__name__} no longer exists"
@@ -123,7 +129,7 @@ class Runner:
                 return self._record_failure(claim, self._describe(exc))
             status = ExecutionStatus.FINISHED if isinstance(result, Finished) else ExecutionStatus.UNFINISHED
             try:
-                if not claims.complete(session.connection(), self.table, claim, status):
+                if not self._complete(session.connection(), claim, status):
                     _rollback(session)
                     return LOST, None
                 session.info[_MAY_COMMIT] = True
