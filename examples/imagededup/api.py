@@ -308,16 +308,15 @@ def retry_query(s: DbSession, query_id: int) -> dict[str, Any]:
 
 
 def counts(s: Session, worker: str, column: Any, model: type[models.Base]) -> dict[str, int]:
-    statuses: Sequence[StatusFilter] = ("finished", "failed", "pending")
-    result: dict[str, int] = {
-        wanted: s.scalar(
-            sa.select(sa.func.count())
-            .select_from(model)
-            .where(status_condition(worker, column, wanted))
-        )
-        or 0
-        for wanted in statuses
-    }
+    # One statement, so one snapshot: separate counts could see an item finish in between.
+    label = sa.case(
+        (status_condition(worker, column, "finished"), "finished"),
+        (status_condition(worker, column, "failed"), "failed"),
+        else_="pending",
+    ).label("status")
+    rows = s.execute(sa.select(label, sa.func.count()).select_from(model).group_by(label)).all()
+    result: dict[str, int] = {"finished": 0, "failed": 0, "pending": 0}
+    result.update({status: count for status, count in rows})
     result["total"] = sum(result.values())
     return result
 
