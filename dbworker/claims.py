@@ -463,7 +463,7 @@ class Completer:
 
     def __call__(self, conn: Connection, claim: Claim, status: ExecutionStatus) -> bool:
         if self._fast is None:
-            self._prepare(conn)
+            self.prepare(conn)
         if not self._fast:
             return complete(conn, self._table, claim, status)
         values = {"dbw_sid": claim.source_id, "dbw_token": claim.token, "dbw_status": status.value, "dbw_error": None}
@@ -472,7 +472,8 @@ class Completer:
             params = tuple(params[name] for name in self._compiled.positiontup)
         return bool(conn.exec_driver_sql(self._sql, params).rowcount == 1)
 
-    def _prepare(self, conn: Connection) -> None:
+    def prepare(self, conn: Connection) -> None:
+        """Compile for ``conn``'s dialect now (else on first use)."""
         dialect = conn.dialect
         self._compiled = _for(conn, self._table).complete.compile(dialect=dialect)
         self._sql = str(self._compiled)

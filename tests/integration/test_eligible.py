@@ -15,6 +15,28 @@ from tests.helpers import wait_until
 from tests.integration.conftest import App
 
 
+class EmptyPolls(Observer):
+    """Notes claims that found nothing: a worker has polled once and now waits."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def claimed(self, worker: str, *, count: int, taken_over: int, seconds: float) -> None:
+        if count == 0:
+            self.seen += 1
+
+
+def _register_second(c: Any) -> None:
+    """A worker "second" that takes an item once worker "items" finished it."""
+
+    def after_items() -> sa.Select[Any]:
+        return sa.select(basic.Item).where(
+            c.has_execution_status(worker="items", source_id=basic.Item.id, statuses=[ExecutionStatus.FINISHED])
+        )
+
+    c.transactional_worker(name="second", source=basic.Item, eligible=after_items)(basic.handle)
+
+
 def test_filters_are_honoured(app: App) -> None:
     c = app.coordinator(eligible=basic.ready_items)
     [held] = app.add("finish", ready=False)
@@ -47,13 +69,7 @@ def test_backlog_counts_claimable_items_up_to_a_cap(app: App) -> None:
 
 def test_has_execution_status_makes_one_worker_wait_for_another(app: App) -> None:
     c = app.coordinator()
-
-    def after_items() -> sa.Select[Any]:
-        return sa.select(basic.Item).where(
-            c.has_execution_status(worker="items", source_id=basic.Item.id, statuses=[ExecutionStatus.FINISHED])
-        )
-
-    c.transactional_worker(name="second", source=basic.Item, eligible=after_items)(basic.handle)
+    _register_second(c)
     c.create_worker_tables()
     [a, b] = app.add("dbwait", "finish")
     c.start()
@@ -95,30 +111,13 @@ def test_notify_trigger_wakes_workers_without_polling(app: App) -> None:
     c = app.coordinator(poll_seconds=120, max_poll_seconds=120)
     assert c.install_notify_triggers() == ["notify trigger on items"]
     assert c.install_notify_triggers() == ["notify trigger on items"]  # idempotent
-    empty_polls: list[float] = []
-
-    class Polls(Observer):
-        def claimed(self, worker: str, *, count: int, taken_over: int, seconds: float) -> None:
-            if count == 0:
-                empty_polls.append(seconds)
-
-    c.add_observer(Polls())
+    polls = EmptyPolls()
+    c.add_observer(polls)
     c.start()
-    wait_until(lambda: empty_polls, what="the first, empty poll")
+    wait_until(lambda: polls.seen, what="the first, empty poll")
     [i] = app.add("finish")
     # Well within the 120 s poll: the notification woke the worker.
     app.wait_status([i], (ExecutionStatus.FINISHED,), timeout=60)
-
-
-def _register_second(c: Any) -> None:
-    """A worker "second" that takes an item once worker "items" finished it."""
-
-    def after_items() -> sa.Select[Any]:
-        return sa.select(basic.Item).where(
-            c.has_execution_status(worker="items", source_id=basic.Item.id, statuses=[ExecutionStatus.FINISHED])
-        )
-
-    c.transactional_worker(name="second", source=basic.Item, eligible=after_items)(basic.handle)
 
 
 def test_dependent_worker_of_another_coordinator_wakes_when_the_item_it_waits_for_ends(app: App) -> None:
@@ -131,16 +130,10 @@ def test_dependent_worker_of_another_coordinator_wakes_when_the_item_it_waits_fo
     # Polls only every 120 s: only the "done" announcement can wake the dependent worker in time.
     waiting = app.coordinator(poll_seconds=120, max_poll_seconds=120)
     _register_second(waiting)
-    empty_polls: list[float] = []
-
-    class Polls(Observer):
-        def claimed(self, worker: str, *, count: int, taken_over: int, seconds: float) -> None:
-            if count == 0:
-                empty_polls.append(seconds)
-
-    waiting.add_observer(Polls())
+    polls = EmptyPolls()
+    waiting.add_observer(polls)
     waiting.start(workers=["second"])
-    wait_until(lambda: empty_polls, what="the dependent worker's first, empty poll")
+    wait_until(lambda: polls.seen, what="the dependent worker's first, empty poll")
     [i] = app.add("finish")
     first.start(workers=["items"])
     app.wait_status([i], (ExecutionStatus.FINISHED,))
