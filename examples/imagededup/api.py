@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
@@ -188,6 +188,24 @@ def upload_images(s: DbSession, files: Annotated[list[UploadFile], File()]) -> l
     return [{"id": image.id, "filename": image.filename} for image in images]
 
 
+def page(
+    s: Session, model: Any, worker: str, wanted: StatusFilter | None, *, limit: int, after: int
+) -> list[Any]:
+    """One page of ``model`` rows by id, optionally only those whose ``worker`` status is ``wanted``."""
+    select = sa.select(model).where(model.id > after).order_by(model.id).limit(limit)
+    if wanted is not None:
+        select = select.where(status_condition(worker, model.id, wanted))
+    return list(s.scalars(select))
+
+
+def reset_failed(s: Session, worker: str, item_id: int, what: str) -> None:
+    """Put a FAILED item of ``worker`` back in line and commit, or answer 409 naming its status."""
+    if not coordinator.workers[worker].reset_failed(s, item_id):
+        status = coordinator.execution_status(s, worker=worker, source_id=item_id)
+        raise HTTPException(409, f"{what} is {status_text(status)}, not failed; nothing to retry")
+    s.commit()
+
+
 @app.get("/images")
 def list_images(
     s: DbSession,
@@ -196,15 +214,8 @@ def list_images(
     after: int = 0,
 ) -> list[dict[str, Any]]:
     """Images by id, optionally only those whose hash is finished, failed or pending."""
-    select = (
-        sa.select(models.Image)
-        .where(models.Image.id > after)
-        .order_by(models.Image.id)
-        .limit(limit)
-    )
-    if hash_status is not None:
-        select = select.where(status_condition("hash", models.Image.id, hash_status))
-    return [image_view(s, image) for image in s.scalars(select)]
+    images = page(s, models.Image, "hash", hash_status, limit=limit, after=after)
+    return [image_view(s, image) for image in images]
 
 
 @app.get("/images/{image_id}")
@@ -234,12 +245,7 @@ def replace_image(
 def retry_image(s: DbSession, image_id: int) -> dict[str, Any]:
     """Put a FAILED hash back in line (dbworker never retries failures by itself)."""
     image = get_image(s, image_id)
-    if not coordinator.workers["hash"].reset_failed(s, image_id):
-        status = coordinator.execution_status(s, worker="hash", source_id=image_id)
-        raise HTTPException(
-            409, f"image {image_id}'s hash is {status_text(status)}, not failed; nothing to retry"
-        )
-    s.commit()
+    reset_failed(s, "hash", image_id, f"image {image_id}'s hash")
     return image_view(s, image)
 
 
@@ -278,15 +284,8 @@ def list_queries(
     after: int = 0,
 ) -> list[dict[str, Any]]:
     """Duplicate queries by id, optionally only the finished, failed or pending ones."""
-    select = (
-        sa.select(models.DuplicateQuery)
-        .where(models.DuplicateQuery.id > after)
-        .order_by(models.DuplicateQuery.id)
-        .limit(limit)
-    )
-    if status is not None:
-        select = select.where(status_condition("compare", models.DuplicateQuery.id, status))
-    return [query_view(s, query) for query in s.scalars(select)]
+    queries = page(s, models.DuplicateQuery, "compare", status, limit=limit, after=after)
+    return [query_view(s, query) for query in queries]
 
 
 @app.get("/queries/{query_id}")
@@ -298,12 +297,7 @@ def show_query(s: DbSession, query_id: int) -> dict[str, Any]:
 def retry_query(s: DbSession, query_id: int) -> dict[str, Any]:
     """Put a FAILED duplicate query back in line; it resumes from its last finished page."""
     query = get_query(s, query_id)
-    if not coordinator.workers["compare"].reset_failed(s, query_id):
-        status = coordinator.execution_status(s, worker="compare", source_id=query_id)
-        raise HTTPException(
-            409, f"query {query_id} is {status_text(status)}, not failed; nothing to retry"
-        )
-    s.commit()
+    reset_failed(s, "compare", query_id, f"query {query_id}")
     return query_view(s, query)
 
 
