@@ -7,6 +7,7 @@ when it ends) and exits by itself when its coordinator dies.
 
 from __future__ import annotations
 
+import collections
 import os
 import signal
 import threading
@@ -174,6 +175,59 @@ def _rollback(session: Session) -> None:
         pass
 
 
+class Inbox:
+    """Items from the coordinator, read by a thread of their own.
+
+    So the coordinator can take back an item handed over behind a running one at any time
+    (a stop, or a handler running long): a cancel that finds the item still waiting removes
+    it and answers "skipped" at once; one that comes after the item started changes nothing.
+    """
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self._send_lock = threading.Lock()  # the main thread and the reader both answer
+        self._cond = threading.Condition()
+        self._items: collections.deque[tuple[Any, str]] = collections.deque()
+        self._closed = False
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        with self._send_lock:
+            self._conn.send(message)
+
+    def read(self) -> None:
+        """The reader thread: until the coordinator says stop or goes away."""
+        while True:
+            try:
+                message = self._conn.recv()
+            except (EOFError, OSError):
+                message = None
+            if message is None:
+                with self._cond:
+                    self._closed = True
+                    self._cond.notify()
+                return
+            if message[0] == "cancel":
+                token = message[1]
+                with self._cond:
+                    waiting = [item for item in self._items if item[1] == token]
+                    for item in waiting:
+                        self._items.remove(item)
+                if waiting:
+                    self.send(("skipped", token))
+                continue
+            _, source_id, token = message
+            with self._cond:
+                self._items.append((source_id, token))
+                self._cond.notify()
+
+    def next(self) -> tuple[Any, str] | None:
+        """The next item to run, or None once the coordinator said stop (or went away)."""
+        with self._cond:
+            while not self._items and not self._closed:
+                self._cond.wait()
+            return self._items.popleft() if self._items else None
+
+
 def main(config: ChildConfig, conn: Any) -> None:
     """Entry point of a handler process: serve items from ``conn`` until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -185,17 +239,13 @@ def main(config: ChildConfig, conn: Any) -> None:
     threading.Thread(target=_watch_parent, args=(config.parent_pid,), daemon=True).start()
     runner = Runner(config)
     runner.warm_up()
-    conn.send(("ready",))
+    inbox = Inbox(conn)
+    inbox.send(("ready",))
+    threading.Thread(target=inbox.read, name="dbworker-inbox", daemon=True).start()
     try:
-        while True:
-            try:
-                message = conn.recv()
-            except EOFError:
-                return
-            if message is None:
-                return
-            source_id, token = message
+        while (item := inbox.next()) is not None:
+            source_id, token = item
             report = runner.run(claims.Claim(source_id, token))
-            conn.send(("done", report))
+            inbox.send(("done", report))
     finally:
         runner.close()

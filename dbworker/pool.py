@@ -1,8 +1,11 @@
 """The handler process pool of one worker: spawn, hand out items, replace the dead, end at a deadline.
 
-Each slot is one long-lived child process (``child.main``) fed one item at a time over a
-pipe. The pool only moves processes and messages; what an outcome means for the database
-is the scheduler's business. Slots that die are replaced; a slot that keeps dying before it
+Each slot is one long-lived child process (``child.main``) fed items over a pipe: one
+running and, for short handlers, one more already handed over ("pending"), so the process
+starts its next item without waiting for the coordinator. A pending item is taken back
+(the process answers "skipped") on a stop, or when the item ahead of it runs longer than
+``recall_after`` seconds, so no item waits behind a long one. The pool only moves processes
+and messages; what an outcome means for the database is the scheduler's business. Slots that die are replaced; a slot that keeps dying before it
 is ready is respawned with a growing delay so a broken application cannot spin the CPU.
 """
 
@@ -44,7 +47,10 @@ class Slot:
     process: BaseProcess | None = None
     conn: Connection | None = None
     state: State = State.DEAD
-    claim: Claim | None = None
+    claim: Claim | None = None  # the item the process runs (or starts next, if none runs)
+    pending: Claim | None = None  # handed over behind ``claim``, not started
+    cancelled: str | None = None  # token of the last claim a cancel was sent for
+    since: float = 0.0  # when ``claim`` became the item the process runs (monotonic)
     ended: EndReason | None = None
     respawn_at: float = 0.0
 
@@ -56,14 +62,22 @@ class Done:
 
 
 @dataclass(frozen=True)
+class Skipped:
+    """A handed-over item the process was told not to start (a stop); it never ran."""
+
+    claim: Claim
+
+
+@dataclass(frozen=True)
 class Died:
     claim: Claim | None  # the item it was running, if any
     exitcode: int | None
     ended: EndReason | None  # set when the pool ended it on purpose
     before_ready: bool
+    pending: Claim | None = None  # handed over behind ``claim``, never started
 
 
-Event = Done | Died
+Event = Done | Skipped | Died
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -83,8 +97,9 @@ def describe_exit(exitcode: int | None) -> str:
 class Pool:
     """``size`` handler processes for one worker."""
 
-    def __init__(self, config: child.ChildConfig, size: int) -> None:
+    def __init__(self, config: child.ChildConfig, size: int, *, recall_after: float = 0.5) -> None:
         self._config = config
+        self._recall_after = recall_after
         self._slots = [Slot(i) for i in range(size)]
         self._lock = threading.Lock()
         self._respawn = [Backoff(0.5, 30.0) for _ in range(size)]
@@ -94,9 +109,32 @@ class Pool:
         with self._lock:
             return sum(1 for s in self._slots if s.state is State.IDLE)
 
+    def _can_queue(self, s: Slot, now: float) -> bool:
+        # Behind a busy process with nothing pending, whose item has not run long.
+        return (
+            s.state is State.BUSY and s.pending is None and s.ended is None
+            and now - s.since < self._recall_after
+        )
+
+    def open(self, *, pipelined: bool) -> int:
+        """Slots that can take an item now: idle ones, and with ``pipelined`` busy ones (``_can_queue``)."""
+        now = time.monotonic()
+        with self._lock:
+            return sum(
+                1 for s in self._slots
+                if s.state is State.IDLE or (pipelined and self._can_queue(s, now))
+            )
+
     def busy_claims(self) -> list[Claim]:
+        """Claims of the items the processes run (or are about to start)."""
         with self._lock:
             return [s.claim for s in self._slots if s.state is State.BUSY and s.claim is not None]
+
+    def held_claims(self) -> list[Claim]:
+        """Every claim handed to a process: running and pending (their leases must be kept)."""
+        with self._lock:
+            busy = [s for s in self._slots if s.state is State.BUSY]
+            return [c for s in busy for c in (s.claim, s.pending) if c is not None]
 
     def pids(self) -> list[int]:
         with self._lock:
@@ -119,19 +157,68 @@ class Pool:
         child_end.close()
         with self._lock:
             slot.process, slot.conn = process, parent_end
-            slot.state, slot.claim, slot.ended = State.STARTING, None, None
+            slot.state, slot.claim, slot.pending, slot.ended = State.STARTING, None, None, None
+            slot.cancelled = None
 
-    def submit(self, claim: Claim) -> None:
-        """Hand ``claim`` to an idle slot (the caller checked ``idle()``)."""
+    def submit(self, claim: Claim, *, pipelined: bool) -> None:
+        """Hand ``claim`` to an idle slot, else (``pipelined``) behind a busy one; see ``open()``."""
+        now = time.monotonic()
         with self._lock:
-            slot = next(s for s in self._slots if s.state is State.IDLE)
-            slot.state, slot.claim = State.BUSY, claim
+            slot = next((s for s in self._slots if s.state is State.IDLE), None)
+            if slot is not None:
+                slot.state, slot.claim, slot.since = State.BUSY, claim, now
+            else:
+                assert pipelined
+                slot = next(s for s in self._slots if self._can_queue(s, now))
+                slot.pending = claim
             conn = slot.conn
         assert conn is not None
         try:
-            conn.send((claim.source_id, claim.token))
+            conn.send(("run", claim.source_id, claim.token))
         except OSError:
             pass  # it died just now; wait() reports the death with this claim
+
+    def recall_long(self) -> float | None:
+        """Take back items pending behind one running longer than ``recall_after``.
+
+        Returns the seconds until the next such recall may be due (None: nothing pending).
+        """
+        now = time.monotonic()
+        sends: list[tuple[Connection, str]] = []
+        due: list[float] = []
+        with self._lock:
+            for s in self._slots:
+                if s.state is not State.BUSY or s.pending is None or s.cancelled == s.pending.token:
+                    continue
+                left = s.since + self._recall_after - now
+                if left > 0:
+                    due.append(left)
+                elif s.conn is not None:
+                    s.cancelled = s.pending.token
+                    sends.append((s.conn, s.pending.token))
+        self._send_cancels(sends)
+        return min(due) if due else None
+
+    def _send_cancels(self, sends: list[tuple[Connection, str]]) -> None:
+        for conn, token in sends:
+            try:
+                conn.send(("cancel", token))
+            except OSError:
+                pass  # it died: wait() reports the death with the pending claim
+
+    def cancel_pending(self) -> None:
+        """Ask every busy process not to start the item handed to it last, if it has not yet.
+
+        Each answers with a skip (never started: give it back) or, too late, runs it as usual.
+        """
+        sends: list[tuple[Connection, str]] = []
+        with self._lock:
+            for s in self._slots:
+                last = s.pending or s.claim
+                if s.state is State.BUSY and last is not None and s.cancelled != last.token and s.conn is not None:
+                    s.cancelled = last.token
+                    sends.append((s.conn, last.token))
+        self._send_cancels(sends)
 
     def wait(self, timeout: float, extra: list[Any]) -> tuple[list[Event], list[Any]]:
         """Wait up to ``timeout`` for results, deaths or any of ``extra``; return what happened."""
@@ -176,10 +263,21 @@ class Pool:
                 slot.state = State.IDLE
             self._respawn[slot.index].reset()
             return []
-        report: child.Report = message[1]
+        if message[0] == "skipped":  # maybe before the result of the item ahead of it
+            skipped: Claim | None
+            with self._lock:
+                if slot.pending is not None and slot.pending.token == message[1]:
+                    skipped, slot.pending = slot.pending, None
+                else:
+                    skipped, slot.claim = slot.claim, None
+                    slot.state = State.IDLE
+            assert skipped is not None and skipped.token == message[1]
+            return [Skipped(skipped)]
         with self._lock:
             claim = slot.claim
-            slot.state, slot.claim = State.IDLE, None
+            slot.claim, slot.pending, slot.since = slot.pending, None, time.monotonic()
+            slot.state = State.BUSY if slot.claim is not None else State.IDLE
+        report: child.Report = message[1]
         assert claim is not None and claim.token == report.token
         return [Done(claim, report)]
 
@@ -188,8 +286,8 @@ class Pool:
         slot.process.join(timeout=5)
         with self._lock:
             before_ready = slot.state is State.STARTING
-            died = Died(slot.claim, slot.process.exitcode, slot.ended, before_ready)
-            slot.state, slot.claim = State.DEAD, None
+            died = Died(slot.claim, slot.process.exitcode, slot.ended, before_ready, slot.pending)
+            slot.state, slot.claim, slot.pending = State.DEAD, None, None
             slot.respawn_at = time.monotonic() + (self._respawn[slot.index].next() if before_ready else 0.0)
         slot.conn.close()
         return died

@@ -24,7 +24,7 @@ from dbworker import child, claims, redact
 from dbworker.backoff import Backoff
 from dbworker.dialects import connect
 from dbworker.observe import Observer
-from dbworker.pool import Died, Done, EndReason, Pool, describe_exit
+from dbworker.pool import Died, Done, EndReason, Pool, Skipped, describe_exit
 from dbworker.workers import RegisteredWorker
 
 log = logging.getLogger("dbworker")
@@ -94,7 +94,8 @@ class WorkerLoop:
         self._observer = observer
         self._on_item_done = on_item_done
         self._secrets = secrets
-        self.pool = Pool(child_config, worker.concurrency)
+        # An item handed over behind one that runs longer than short handlers do is taken back.
+        self.pool = Pool(child_config, worker.concurrency, recall_after=PREFETCH_BELOW_SECONDS)
         self._waker = Waker()
         self._stopping = threading.Event()
         self._claim_now = False
@@ -150,7 +151,7 @@ class WorkerLoop:
         """Claims whose leases this loop keeps: running and prefetched (any thread)."""
         with self._queue_lock:
             queued = list(self._queue)
-        return self.pool.busy_claims() + queued
+        return self.pool.held_claims() + queued
 
     def _prefetch(self) -> int:
         # Short handlers: keep claimed items waiting (about PREFETCH_WINDOW_SECONDS of work
@@ -163,18 +164,24 @@ class WorkerLoop:
         per_slot = min(PREFETCH_MAX_PER_SLOT, max(1, int(PREFETCH_WINDOW_SECONDS / max(mean, 1e-6))))
         return self.worker.concurrency * per_slot
 
+    def _pipelined(self) -> bool:
+        # Short handlers also get one item handed over behind the running one, so a process
+        # goes on to its next item without waiting for this loop to hear of the last.
+        return self._prefetch() > 0 and not self._stopping.is_set()
+
     def _dispatch(self) -> None:
-        while self.pool.idle() > 0:
+        pipelined = self._pipelined()
+        while self.pool.open(pipelined=pipelined) > 0:
             with self._queue_lock:
                 if not self._queue:
                     break
                 claim = self._queue.popleft()
-            self.pool.submit(claim)
+            self.pool.submit(claim, pipelined=pipelined)
             self._observer.active(self.worker.name, running=len(self.pool.busy_claims()))
 
     def _wanted(self) -> int:
         """How many items to claim now: 0 unless a slot would otherwise wait, or the queue ran dry."""
-        idle = self.pool.idle()
+        idle = self.pool.open(pipelined=self._pipelined())
         with self._queue_lock:
             queued = len(self._queue)
         want = idle + self._prefetch() - queued
@@ -201,6 +208,7 @@ class WorkerLoop:
             stopping = self._stopping.is_set()
             if stopping:
                 self._give_back_queued()  # not started: another process may take them now
+                self.pool.cancel_pending()  # handed over but maybe not started: the same
                 if not self.pool.busy_claims():
                     return
             now = time.monotonic()
@@ -210,6 +218,9 @@ class WorkerLoop:
             else:
                 # Nothing to claim for now: still wake for a heartbeat round trip.
                 timeout = max(0.0, last_trip + settings.max_poll_seconds - now)
+            recall = self.pool.recall_long()
+            if recall is not None:
+                timeout = min(timeout, recall)
             events, woken = self.pool.wait(timeout, [self._waker])
             if woken:
                 self._waker.drain()
@@ -293,7 +304,7 @@ class WorkerLoop:
             after=self._cursor,
         )
 
-    def _handle(self, ev: Done | Died) -> bool:
+    def _handle(self, ev: Done | Skipped | Died) -> bool:
         """Record one pool event; True when a slot became free for claiming."""
         name = self.worker.name
         if isinstance(ev, Done):
@@ -326,6 +337,15 @@ class WorkerLoop:
             if outcome in (child.FINISHED, child.UNFINISHED, child.FAILED):
                 self._on_item_done(name)
             return True
+        if isinstance(ev, Skipped):
+            if self._stopping.is_set():
+                self._give_back(ev.claim)
+            else:  # taken back from behind a long item: still ours, next in line
+                with self._queue_lock:
+                    self._queue.appendleft(ev.claim)
+            return True
+        if ev.pending is not None:
+            self._give_back(ev.pending)  # handed over behind the item that ended the process
         if ev.claim is None:
             if ev.before_ready:
                 log.error(
