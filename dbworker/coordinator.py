@@ -103,6 +103,7 @@ class Coordinator:
         self._abort = threading.Event()
         self._loops: list[WorkerLoop] = []
         self._deps: dict[str, frozenset[str]] = {}  # worker -> the workers it waits for
+        self._waiters: dict[str | None, frozenset[str]] = {None: frozenset()}  # see waiter_map
         self._awaited: frozenset[str] | None = frozenset()  # None: any worker may be awaited
         self._keeper: LeaseKeeper | None = None
         self._listener: notify.Listener | None = None
@@ -274,6 +275,7 @@ class Coordinator:
             _sqlite_wal(engine)
         # Every registered worker counts, started here or not: other pods start the others.
         self._deps = dependencies.dependency_map(self._registry.values())
+        self._waiters = dependencies.waiter_map(self._deps)  # once: it is read for every item that ends
         self._awaited = dependencies.awaited(self._deps)
         self._loops = [
             WorkerLoop(
@@ -346,7 +348,7 @@ class Coordinator:
             self._listener.announce_done(worker)
 
     def _wake_waiters(self, ended: str, *, skip: str | None = None) -> None:
-        waiting = set(dependencies.waiters(self._deps, ended))
+        waiting = self._waiters.get(ended, self._waiters[None])
         for loop in self._loops:
             if loop.worker.name in waiting and loop.worker.name != skip:
                 loop.wake()

@@ -48,6 +48,13 @@ def waiters(deps: Mapping[str, frozenset[str]], ended: str) -> list[str]:
     return [name for name, on in deps.items() if ended in on or on is ANY]
 
 
+def waiter_map(deps: Mapping[str, frozenset[str]]) -> dict[str | None, frozenset[str]]:
+    """``waiters`` for every registered worker, computed once; key None: a worker not registered here."""
+    found: dict[str | None, frozenset[str]] = {name: frozenset(waiters(deps, name)) for name in deps}
+    found[None] = frozenset(name for name, on in deps.items() if on is ANY)
+    return found
+
+
 def awaited(deps: Mapping[str, frozenset[str]]) -> frozenset[str] | None:
     """Workers some registered worker waits for; None when any worker may be (an unknown query)."""
     if any(on is ANY for on in deps.values()):

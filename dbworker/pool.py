@@ -4,9 +4,10 @@ Each slot is one long-lived child process (``child.main``) fed items over a pipe
 running and, for short handlers, one more already handed over ("pending"), so the process
 starts its next item without waiting for the coordinator. A pending item is taken back
 (the process answers "skipped") on a stop, or when the item ahead of it runs longer than
-``recall_after`` seconds, so no item waits behind a long one. The pool only moves processes
-and messages; what an outcome means for the database is the scheduler's business. Slots that die are replaced; a slot that keeps dying before it
-is ready is respawned with a growing delay so a broken application cannot spin the CPU.
+``recall_after`` seconds, so no item waits behind a long one. The pool only moves
+processes and messages; what an outcome means for the database is the scheduler's
+business. Slots that die are replaced; a slot that keeps dying before it is ready is
+respawned with a growing delay so a broken application cannot spin the CPU.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class Done:
 
 @dataclass(frozen=True)
 class Skipped:
-    """A handed-over item the process was told not to start (a stop); it never ran."""
+    """A handed-over item the process was told not to start (a stop, or a recall); it never ran."""
 
     claim: Claim
 
@@ -193,11 +194,17 @@ class Pool:
                 left = s.since + self._recall_after - now
                 if left > 0:
                     due.append(left)
-                elif s.conn is not None:
-                    s.cancelled = s.pending.token
-                    sends.append((s.conn, s.pending.token))
+                else:
+                    self._cancel_once(s, s.pending.token, sends)
         self._send_cancels(sends)
         return min(due) if due else None
+
+    @staticmethod
+    def _cancel_once(s: Slot, token: str, sends: list[tuple[Connection, str]]) -> None:
+        # Under the lock: one cancel per handed-over claim, sent after the lock is released.
+        if s.cancelled != token and s.conn is not None:
+            s.cancelled = token
+            sends.append((s.conn, token))
 
     def _send_cancels(self, sends: list[tuple[Connection, str]]) -> None:
         for conn, token in sends:
@@ -215,9 +222,8 @@ class Pool:
         with self._lock:
             for s in self._slots:
                 last = s.pending or s.claim
-                if s.state is State.BUSY and last is not None and s.cancelled != last.token and s.conn is not None:
-                    s.cancelled = last.token
-                    sends.append((s.conn, last.token))
+                if s.state is State.BUSY and last is not None:
+                    self._cancel_once(s, last.token, sends)
         self._send_cancels(sends)
 
     def wait(self, timeout: float, extra: list[Any]) -> tuple[list[Event], list[Any]]:

@@ -343,7 +343,7 @@ class WorkerLoop:
             else:  # taken back from behind a long item: still ours, next in line
                 with self._queue_lock:
                     self._queue.appendleft(ev.claim)
-            self._observer.active(self.worker.name, running=len(self.pool.busy_claims()))
+            self._observer.active(name, running=len(self.pool.busy_claims()))
             return True
         if ev.pending is not None:
             self._give_back(ev.pending)  # handed over behind the item that ended the process

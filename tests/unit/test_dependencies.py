@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import sessionmaker
 
 from dbworker import Coordinator, ExecutionStatus
-from dbworker.dependencies import ANY, awaited, dependency_map, waiters
+from dbworker.dependencies import ANY, awaited, dependency_map, waiter_map, waiters
 from tests.apps import basic
 
 
@@ -58,3 +58,11 @@ def test_waiters_and_awaited() -> None:
     known = {k: v for k, v in deps.items() if k != "unknown"}
     assert awaited(known) == {"items", "second"}
     assert awaited({"items": frozenset()}) == frozenset()
+
+
+def test_waiter_map_answers_as_waiters_does() -> None:
+    deps = dependency_map(registered(build()))
+    found = waiter_map(deps)
+    for name in deps:
+        assert found[name] == set(waiters(deps, name))
+    assert found[None] == {"unknown"}  # an unregistered worker ended: only "may wait for anything"
