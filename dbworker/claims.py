@@ -52,8 +52,8 @@ class _Statements:
     every_after: sa.Select[Any]  # ... and from a cursor
     first: Any
     first_many: Any  # PostgreSQL: first claims of many items in one statement; else None
-    one_shot: Any  # PostgreSQL 13+, eligible=None: the whole claim as one statement; else None
-    one_shot_after: Any
+    one_shot: Precompiled | None  # PostgreSQL 13+, eligible=None: the whole claim as one statement
+    one_shot_after: Precompiled | None
     again: sa.Update
     over: sa.Update
     renew: sa.Update
@@ -109,8 +109,8 @@ def statements(table: sa.Table, key: sa.Column[Any], caps: dialects.Capabilities
         every_after=_lock(caps, key, _order_limit(_narrow_with(blocked_plain, blocked_after, key, sa.select(key.table), swept=True), key)),
         first=caps.insert_ignoring_duplicate(table, "source_id").values(source_id=sid, **taking),
         first_many=_first_many(table, caps),
-        one_shot=_one_shot(table, key, caps, blocked_plain, blocked_after, cursor=False),
-        one_shot_after=_one_shot(table, key, caps, blocked_plain, blocked_after, cursor=True),
+        one_shot=_precompiled(_one_shot(table, key, caps, blocked_plain, blocked_after, cursor=False)),
+        one_shot_after=_precompiled(_one_shot(table, key, caps, blocked_plain, blocked_after, cursor=True)),
         again=sa.update(table).where(w.source_id == sid, w.execution_status == UNFINISHED).values(**taking),
         over=sa.update(table).where(w.source_id == sid, w.execution_status == WORKING, expired).values(**taking),
         renew=sa.update(table).where(held).values(lease_expires_at=caps.now_plus_param("dbw_lease")),
@@ -123,6 +123,10 @@ def statements(table: sa.Table, key: sa.Column[Any], caps: dialects.Capabilities
     )
     _STATEMENTS[cache_key] = built
     return built
+
+
+def _precompiled(statement: Any) -> Precompiled | None:
+    return None if statement is None else Precompiled(statement)
 
 
 def _first_many(table: sa.Table, caps: dialects.Capabilities) -> Any:
@@ -170,7 +174,7 @@ def _one_shot(
     candidates = candidates.add_columns(
         previous.label("dbw_previous"),
         # This statement's own transaction commits without waiting for the disk (see relax).
-        sa.func.set_config("synchronous_commit", "off", True).label("dbw_relax"),
+        sa.func.set_config("synchronous_commit", "off", sa.true()).label("dbw_relax"),
     )
     c = _lock(caps, key, _order_limit(candidates, key)).cte("dbw_candidates")
     cid = c.c[key.name]
@@ -316,7 +320,7 @@ def claim(
         if after is not None:
             params["dbw_after"] = after
         params["dbw_lease"] = lease
-        rows = conn.execution_options(isolation_level="AUTOCOMMIT").execute(one_shot, params).all()
+        rows = one_shot.execute(conn.execution_options(isolation_level="AUTOCOMMIT"), params).all()
         got = [
             Claim(source_id, token, taken_over=previous == WORKING)
             for source_id, token, previous in rows
@@ -444,43 +448,65 @@ def complete(
     return bool(conn.execute(_for(conn, table).complete, params).rowcount == 1)
 
 
-class Completer:
-    """``complete`` for one work table, compiled once to the driver's SQL (a handler process's hot path).
+class Precompiled:
+    """One prebuilt statement, compiled once per dialect to the driver's SQL (the hot paths).
 
-    SQLAlchemy's per-statement work (cache key, compiled-cache lookup, parameter processing)
-    cost a handler process more CPU than the database spends on this UPDATE, whose shape
-    never changes. It runs through ``exec_driver_sql``, so errors are wrapped and dead
-    connections invalidated as usual. When some bound value needs a type's bind processor
-    (e.g. a key stored through a TypeDecorator, or DateTime on SQLite), it falls back to
-    ``complete``.
+    For a statement whose shape never changes, SQLAlchemy's per-execution work (the cache
+    key of the whole statement tree, the compiled-cache lookup, parameter and result
+    processing) cost more client CPU than the database spends on it. This runs the
+    compiled SQL through ``exec_driver_sql``, so errors are wrapped and dead connections
+    invalidated as usual. When a bound value or a result column needs the type's
+    processing (a key stored through a TypeDecorator, DateTime on SQLite, ...), it runs
+    the statement the normal way instead.
     """
+
+    def __init__(self, statement: Any) -> None:
+        self.statement = statement
+        self._dialect: Any = None
+        self._compiled: Any = None
+        self._sql = ""
+        self._fast = False
+
+    def prepare(self, dialect: Any) -> None:
+        """Compile for ``dialect`` now (else on first use)."""
+        compiled = self.statement.compile(dialect=dialect)
+        types = [bind.type for bind in compiled.binds.values()]
+        results = [column[3] for column in getattr(compiled, "_result_columns", ())]
+        self._fast = all(t.dialect_impl(dialect).bind_processor(dialect) is None for t in types) and all(
+            t.dialect_impl(dialect).result_processor(dialect, None) is None for t in results
+        )
+        self._dialect, self._compiled, self._sql = dialect, compiled, str(compiled)
+
+    def execute(self, conn: Connection, values: dict[str, Any]) -> sa.CursorResult[Any]:
+        if conn.dialect is not self._dialect:
+            self.prepare(conn.dialect)
+        if not self._fast:
+            return conn.execute(self.statement, values)
+        compiled = self._compiled
+        params: Any = compiled.construct_params(values)
+        if compiled.positional:
+            params = tuple(params[name] for name in compiled.positiontup)
+        return conn.exec_driver_sql(self._sql, params)
+
+
+class Completer:
+    """``complete`` for one work table through ``Precompiled`` (a handler process's hot path)."""
 
     def __init__(self, table: sa.Table) -> None:
         self._table = table
-        self._compiled: Any = None
-        self._sql = ""
-        self._fast: bool | None = None  # decided on first use, from the connection's dialect
+        self._run: Precompiled | None = None
 
     def __call__(self, conn: Connection, claim: Claim, status: ExecutionStatus) -> bool:
-        if self._fast is None:
+        if self._run is None:
             self.prepare(conn)
-        if not self._fast:
-            return complete(conn, self._table, claim, status)
+        assert self._run is not None
         values = {"dbw_sid": claim.source_id, "dbw_token": claim.token, "dbw_status": status.value, "dbw_error": None}
-        params: Any = self._compiled.construct_params(values)
-        if self._compiled.positional:
-            params = tuple(params[name] for name in self._compiled.positiontup)
-        return bool(conn.exec_driver_sql(self._sql, params).rowcount == 1)
+        return bool(self._run.execute(conn, values).rowcount == 1)
 
     def prepare(self, conn: Connection) -> None:
         """Compile for ``conn``'s dialect now (else on first use)."""
-        dialect = conn.dialect
-        self._compiled = _for(conn, self._table).complete.compile(dialect=dialect)
-        self._sql = str(self._compiled)
-        self._fast = all(
-            bind.type.dialect_impl(dialect).bind_processor(dialect) is None
-            for bind in self._compiled.binds.values()
-        )
+        self._run = Precompiled(_for(conn, self._table).complete)
+        self._run.prepare(conn.dialect)
 
 
 def release(conn: Connection, table: sa.Table, claim: Claim) -> bool:

@@ -141,7 +141,7 @@ def relax_statement(caps: Capabilities) -> sa.Select[Any] | None:
     lost in a server crash is only an item that will be claimed again. None elsewhere.
     """
     if caps.name == "postgresql":
-        return sa.select(sa.func.set_config("synchronous_commit", "off", True))
+        return sa.select(sa.func.set_config("synchronous_commit", "off", sa.true()))
     return None
 
 

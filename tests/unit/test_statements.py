@@ -83,7 +83,8 @@ def test_postgresql_one_statement_claim_compiles() -> None:
     assert caps.gen_random_uuid
     st = claims.statements(TABLE, KEY, caps)
     for stmt in (st.one_shot, st.one_shot_after):
-        sql = str(stmt.compile(dialect=d))
+        assert stmt is not None
+        sql = str(stmt.statement.compile(dialect=d))
         assert "FOR UPDATE OF items SKIP LOCKED" in sql
         assert "ON CONFLICT (source_id) DO UPDATE" in sql and "RETURNING" in sql
         assert "gen_random_uuid()" in sql
