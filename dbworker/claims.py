@@ -320,7 +320,7 @@ def claim(
         if after is not None:
             params["dbw_after"] = after
         params["dbw_lease"] = lease
-        rows = one_shot.execute(conn.execution_options(isolation_level="AUTOCOMMIT"), params).all()
+        rows: Sequence[Any] = one_shot.execute(conn.execution_options(isolation_level="AUTOCOMMIT"), params).all()
         got = [
             Claim(source_id, token, taken_over=previous == WORKING)
             for source_id, token, previous in rows
