@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from dbworker import claims, dialects, redact, tables
+from dbworker import claims, dialects, logs, redact, tables
 from dbworker.contract import ExecutionStatus, Finished, Handler, Unfinished
 
 EXIT_ORPHANED = 3  # the coordinator died; the work is left for another to take over
@@ -42,6 +42,9 @@ class ChildConfig:
     handler: Handler
     source: Any
     parent_pid: int
+    # The command's logging (level, format, extra secrets to mask), repeated here: None when
+    # the library runs inside an application (handler processes then configure nothing).
+    log: tuple[str, str, tuple[str, ...]] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,9 @@ def main(config: ChildConfig, conn: Any) -> None:
     except OSError:
         pass
     threading.Thread(target=_watch_parent, args=(config.parent_pid,), daemon=True).start()
+    if config.log is not None:
+        level, fmt, secrets = config.log
+        logs.setup(level=level, fmt=fmt, secrets=secrets + redact.url_secrets(config.database_url), worker=config.worker)
     runner = Runner(config)
     runner.warm_up()
     inbox = Inbox(conn)

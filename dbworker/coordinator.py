@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from dbworker import claims, dependencies, dialects, notify, redact, status, tables, upgrade
+from dbworker import claims, dependencies, dialects, logs, notify, redact, status, tables, upgrade
 from dbworker.child import ChildConfig
 from dbworker.contract import Eligible, ExecutionStatus
 from dbworker.dialects import connect
@@ -312,6 +312,7 @@ class Coordinator:
             handler=worker.handler,
             source=worker.source,
             parent_pid=os.getpid(),
+            log=_child_logging(),
         )
         try:
             pickle.dumps(config)
@@ -439,3 +440,9 @@ def _abort_running() -> None:
     # An interpreter exiting without stop(): end handler processes and give their claims back.
     for coordinator in list(_running):
         coordinator.abort()
+
+
+def _child_logging() -> tuple[str, str, tuple[str, ...]] | None:
+    """The command's logging set-up, for handler processes to repeat (None inside an application)."""
+    active = logs.active()
+    return None if active is None else (active[0], active[1], logs.masked())

@@ -1,8 +1,11 @@
-"""The ``dbworker`` logger of the command: text or JSON lines on stderr, passwords masked.
+"""The command's logging: text or JSON lines on stderr, passwords masked.
 
 Every record passes through ``redact`` before it is written, so a database URL or a driver
 error quoting one never shows its password. The library itself only logs to ``dbworker.*``
-loggers and configures nothing; the command calls ``setup()``.
+loggers and configures nothing; the command calls ``setup()``, which also serves the
+application's own loggers when the application configured none, and handler processes
+repeat it (``active()``), so what handlers log reaches the pod's log in the same format,
+tagged with their worker.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Passwords learned after setup (from the application's URL); masked in every line.
 _MASKED: set[str] = set()
+# (level, format) of the command's setup(), for handler processes to repeat; None when
+# the library runs inside an application, whose logging is its own business.
+_ACTIVE: tuple[str, str] | None = None
 
 
 def mask(*secrets: str) -> None:
@@ -60,6 +66,24 @@ class _Json(_Redacting):
         return redact.redact(json.dumps(entry, default=str), self._secrets + masked())
 
 
+class _Tag(logging.Filter):
+    """Marks records of a handler process with its worker (a field of JSON lines)."""
+
+    def __init__(self, worker: str) -> None:
+        super().__init__()
+        self._worker = worker
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "worker"):
+            record.worker = self._worker
+        return True
+
+
+def active() -> tuple[str, str] | None:
+    """The (level, format) that ``setup()`` installed in this process, if it was called."""
+    return _ACTIVE
+
+
 def check_level(level: str) -> str:
     """``level`` upper-cased; ``ValueError`` naming the allowed values otherwise."""
     upper = level.strip().upper()
@@ -82,12 +106,17 @@ def setup(
     fmt: str = "text",
     secrets: tuple[str, ...] = (),
     stream: TextIO | None = None,
+    worker: str | None = None,
 ) -> logging.Handler:
     """Send the ``dbworker`` logger to ``stream`` (stderr) at ``level`` in ``fmt``.
 
-    ``secrets`` are extra strings to mask (e.g. the password of the application's URL).
-    Returns the installed handler. Raises ``ValueError`` for an unknown level or format.
+    The root logger gets the same handler and level unless the application set up a
+    handler of its own there, so the application's records (its handlers' included) are
+    not lost. ``secrets`` are extra strings to mask (e.g. the password of the
+    application's URL); ``worker`` tags every record (in handler processes). Returns the
+    installed handler. Raises ``ValueError`` for an unknown level or format.
     """
+    global _ACTIVE
     level = check_level(level)
     fmt = check_format(fmt)
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
@@ -99,8 +128,18 @@ def setup(
         if getattr(old, "_dbworker_setup", False):
             logger.removeHandler(old)
     handler._dbworker_setup = True  # type: ignore[attr-defined]
+    if worker is not None:
+        handler.addFilter(_Tag(worker))
     logger.addHandler(handler)
     logger.setLevel(level)
     # The command owns stderr: records must not also reach a root handler set by the app.
     logger.propagate = False
+    root = logging.getLogger()
+    ours = [h for h in root.handlers if getattr(h, "_dbworker_setup", False)]
+    if len(ours) == len(root.handlers):  # the application configured no logging of its own
+        for old in ours:
+            root.removeHandler(old)
+        root.addHandler(handler)
+        root.setLevel(level)
+    _ACTIVE = (level, fmt)
     return handler

@@ -6,11 +6,13 @@ awaited and what it last saw.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -67,3 +69,19 @@ def children_of(pid: int) -> list[int]:
     """Direct child process ids of ``pid`` (from /proc)."""
     out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
     return [int(p) for p in out.stdout.split()]
+
+
+@contextlib.contextmanager
+def logging_restored() -> Iterator[None]:
+    """Undo what ``dbworker.logs.setup`` does to this process (other tests rely on caplog)."""
+    from dbworker import logs
+
+    loggers = [logging.getLogger("dbworker"), logging.getLogger()]
+    saved = [(list(lg.handlers), lg.propagate, lg.level) for lg in loggers]
+    active = logs._ACTIVE
+    try:
+        yield
+    finally:
+        for lg, (handlers, propagate, level) in zip(loggers, saved, strict=True):
+            lg.handlers[:], lg.propagate, lg.level = handlers, propagate, level
+        logs._ACTIVE = active

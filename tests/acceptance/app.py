@@ -7,6 +7,7 @@ unfinished) and for how long (``seconds``). The module-level ``coordinator`` is 
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from functools import cache
@@ -16,6 +17,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from dbworker import Coordinator, Finished, Outcome, Unfinished
+
+log = logging.getLogger("taskapp")  # the application's own logger, used in its handlers
 
 
 class Base(DeclarativeBase):
@@ -44,6 +47,7 @@ def handle(task: Task, session: Session) -> Outcome:
         task.action = "finish"
         return Unfinished()
     task.result = f"done by {os.getpid()}"
+    log.info("task %s handled", task.id)
     return Finished()
 
 

@@ -62,6 +62,9 @@ def test_metrics_move_as_items_finish_fail_and_crash(
     logs = json_lines(w.log_text())
     assert logs and all({"time", "level", "logger", "message"} <= set(entry) for entry in logs)
     assert any("failed on purpose" in str(entry["message"]) for entry in logs)
+    # What handlers log with the application's own loggers reaches the pod's log, tagged.
+    handled = {"logger": "taskapp", "level": "INFO", "message": "task 1 handled", "worker": "main"}
+    assert any(handled.items() <= entry.items() for entry in logs), w.log_tail()
 
 
 def test_sigterm_lets_running_handlers_finish(appdb: AppDb, start_worker: StartWorker) -> None:

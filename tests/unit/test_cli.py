@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,15 +13,13 @@ import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from dbworker import cli, redact
+from tests.helpers import logging_restored
 
 
 @pytest.fixture(autouse=True)
 def _restore_logging() -> Iterator[None]:
-    # main() configures the `dbworker` logger (no propagation); other tests rely on caplog.
-    logger = logging.getLogger("dbworker")
-    saved = (list(logger.handlers), logger.propagate, logger.level)
-    yield
-    logger.handlers[:], logger.propagate, logger.level = saved[0], saved[1], saved[2]
+    with logging_restored():  # main() configures logging; other tests rely on caplog
+        yield
 
 
 def parse(*argv: str, **env: str) -> cli.Options:

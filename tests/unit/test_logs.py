@@ -10,15 +10,13 @@ from collections.abc import Iterator
 import pytest
 
 from dbworker import logs
+from tests.helpers import logging_restored
 
 
 @pytest.fixture
 def stream() -> Iterator[io.StringIO]:
-    logger = logging.getLogger("dbworker")
-    saved = (list(logger.handlers), logger.propagate, logger.level)
-    yield io.StringIO()
-    # Other tests rely on caplog, which needs the logger as it was.
-    logger.handlers[:], logger.propagate, logger.level = saved[0], saved[1], saved[2]
+    with logging_restored():
+        yield io.StringIO()
 
 
 def test_text_lines_mask_url_passwords(stream: io.StringIO) -> None:
@@ -64,3 +62,20 @@ def test_bad_level_and_format() -> None:
         logs.setup(level="loud")
     with pytest.raises(ValueError, match="unknown log format 'xml'"):
         logs.setup(fmt="xml")
+
+
+def test_the_applications_loggers_share_the_line_format_unless_it_set_up_its_own(stream: io.StringIO) -> None:
+    root = logging.getLogger()
+    root.handlers[:] = []  # an application that configured no logging (pytest's capture aside)
+    logs.setup(level="INFO", fmt="json", stream=stream, worker="hash")
+    logging.getLogger("myapp.jobs").info("image %s hashed", 7)
+    logging.getLogger("myapp.jobs").debug("not at INFO")
+    [entry] = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert entry["logger"] == "myapp.jobs" and entry["message"] == "image 7 hashed"
+    assert entry["worker"] == "hash" and entry["level"] == "INFO"
+    assert logs.active() == ("INFO", "json")
+
+    own = logging.StreamHandler(io.StringIO())
+    root.handlers[:] = [own]  # the application's own set-up is left alone
+    logs.setup(level="INFO", fmt="text", stream=stream)
+    assert root.handlers == [own]
