@@ -54,6 +54,7 @@ class _Statements:
     first_many: Any  # PostgreSQL: first claims of many items in one statement; else None
     one_shot: Precompiled | None  # PostgreSQL 13+, eligible=None: the whole claim as one statement
     one_shot_after: Precompiled | None
+    one_shot_keys: Precompiled | None  # ... of the rows named in ``dbw_keys`` (their keys as text)
     again: sa.Update
     over: sa.Update
     renew: sa.Update
@@ -111,6 +112,7 @@ def statements(table: sa.Table, key: sa.Column[Any], caps: dialects.Capabilities
         first_many=_first_many(table, caps),
         one_shot=_precompiled(_one_shot(table, key, caps, blocked_plain, blocked_after, cursor=False)),
         one_shot_after=_precompiled(_one_shot(table, key, caps, blocked_plain, blocked_after, cursor=True)),
+        one_shot_keys=_precompiled(_one_shot(table, key, caps, blocked_plain, blocked_after, cursor=False, keyed=True)),
         again=sa.update(table).where(w.source_id == sid, w.execution_status == UNFINISHED).values(**taking),
         over=sa.update(table).where(w.source_id == sid, w.execution_status == WORKING, expired).values(**taking),
         renew=sa.update(table).where(held).values(lease_expires_at=caps.now_plus_param("dbw_lease")),
@@ -157,6 +159,7 @@ def _one_shot(
     blocked_after: sa.ColumnElement[bool],
     *,
     cursor: bool,
+    keyed: bool = False,
 ) -> Any:
     """Every claimable row in key order, taken in one autocommitted statement (PostgreSQL 13+).
 
@@ -171,6 +174,8 @@ def _one_shot(
     w = table.c
     previous = sa.select(w.execution_status).where(w.source_id == key).scalar_subquery()
     candidates = _narrow_with(blocked_plain, blocked_after, key, sa.select(key.table), swept=cursor)
+    if keyed:
+        candidates = candidates.where(_named(key))
     candidates = candidates.add_columns(
         previous.label("dbw_previous"),
         # This statement's own transaction commits without waiting for the disk (see relax).
@@ -266,6 +271,12 @@ def _narrow_with(
     return query.where(~blocked_plain)
 
 
+def _named(key: sa.Column[Any]) -> sa.ColumnElement[bool]:
+    """``key`` is one of ``dbw_keys``: keys as PostgreSQL writes them as text (notifications)."""
+    texts = sa.bindparam("dbw_keys", type_=postgresql.ARRAY(sa.Text()))
+    return key == sa.any_(sa.cast(texts, postgresql.ARRAY(key.type)))
+
+
 def _order_limit(query: sa.Select[Any], key: sa.Column[Any]) -> sa.Select[Any]:
     return query.order_by(key).limit(sa.bindparam("dbw_limit", type_=sa.Integer()))
 
@@ -300,12 +311,15 @@ def claim(
     limit: int,
     lease_seconds: float,
     after: Any = None,
+    keys: Sequence[str] | None = None,
 ) -> Round:
     """Claim up to ``limit`` items in one transaction, which this function commits.
 
     When the eligible query has no order of its own, candidates are taken in key order
     after the cursor ``after`` (None: from the start), so finished history below the cursor
-    is never walked again; the caller moves the cursor and wraps it.
+    is never walked again; the caller moves the cursor and wraps it. With ``keys`` (as
+    text, from PostgreSQL notifications; PostgreSQL only) only those rows are candidates,
+    wherever the cursor stands, and the cursor is left alone.
 
     Locks: on PostgreSQL, MySQL 8.0.1+ and MariaDB 10.6+ the candidate source rows are
     locked FOR UPDATE SKIP LOCKED until the commit; the work rows written are row-locked
@@ -315,7 +329,10 @@ def claim(
     st = statements(table, key, caps)
     lease = caps.seconds_value(lease_seconds)
     params: dict[str, Any] = {"dbw_limit": limit}
-    one_shot = st.one_shot if after is None else st.one_shot_after
+    one_shot = st.one_shot_keys if keys is not None else st.one_shot if after is None else st.one_shot_after
+    if keys is not None:
+        params["dbw_keys"] = list(keys)
+        after = None
     if eligible is None and one_shot is not None and not conn.in_transaction():
         if after is not None:
             params["dbw_after"] = after
@@ -326,8 +343,14 @@ def claim(
             for source_id, token, previous in rows
             if token is not None
         ]
-        return Round(got, len(rows), rows[-1][0] if rows else None, True)
-    if eligible is None:  # prebuilt: every row of the source, in key order
+        return Round(got, len(rows), rows[-1][0] if rows else None, keys is None)
+    if keys is not None:
+        base = eligible_query(eligible, key)
+        swept = False
+        query = _narrow(st, key, base, swept=False).where(_named(key))
+        query = query.limit(sa.bindparam("dbw_limit", type_=sa.Integer()))
+        query = _lock(caps, key, query if is_ordered(base) else query.order_by(key))
+    elif eligible is None:  # prebuilt: every row of the source, in key order
         swept = True
         query = st.every if after is None else st.every_after
     else:

@@ -231,8 +231,10 @@ class Coordinator:
         """PostgreSQL: put the wake-up trigger on every worker's source table (opt-in).
 
         With it, a committed insert or update of a source row wakes the workers at once
-        (LISTEN/NOTIFY) instead of at their next poll. Idempotent; a no-op elsewhere.
-        Remove with ``DROP TRIGGER dbworker_notify ON <table>``.
+        (LISTEN/NOTIFY) instead of at their next poll, naming the row, so one that became
+        eligible behind the claim sweep is claimed by key. Idempotent (and replaces the
+        trigger of earlier releases); a no-op elsewhere. Remove with
+        ``DROP TRIGGER dbworker_notify ON <table>`` and ``DROP FUNCTION dbworker_notify_<table>()``.
         """
         return upgrade.install_notify_triggers(self.engine, [w.key.table for w in self._registry.values()])
 
@@ -336,10 +338,11 @@ class Coordinator:
                     loop.wake()
         elif payload.startswith(notify.DONE + ":"):
             self._wake_waiters(payload[len(notify.DONE) + 1 :])
-        else:  # a source table changed
+        else:  # a source table changed (a row of it, if the payload names its key)
             for loop in self._loops:
-                if payload == loop.worker.key.table.name:
-                    loop.wake()
+                changed, key = notify.source_change(payload, loop.worker.key.table.name)
+                if changed:
+                    loop.wake(key)
 
     def _item_done(self, worker: str) -> None:
         # An item that ended may make another worker's items eligible (has_execution_status),

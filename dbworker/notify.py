@@ -1,10 +1,11 @@
 """PostgreSQL LISTEN/NOTIFY wake-ups, with polling kept as the fallback everywhere.
 
 One listener thread per coordinator holds a connection LISTENing on the ``dbworker``
-channel. Payloads are a source table's name (sent by the opt-in statement trigger that
-``install_triggers`` puts on the application's source tables) or ``done:<worker>`` (sent
-when an item of a worker that others wait for ended, so dependent workers of other
-coordinators claim at once).
+channel. Payloads are ``<table> <key>`` (sent for every inserted or updated row by the
+opt-in trigger that ``install_triggers`` puts on the application's source tables; the key
+as PostgreSQL writes it as text), a bare table name (the statement trigger of earlier
+releases), or ``done:<worker>`` (sent when an item of a worker that others wait for ended,
+so dependent workers of other coordinators claim at once).
 """
 
 from __future__ import annotations
@@ -26,21 +27,42 @@ log = logging.getLogger("dbworker")
 
 CHANNEL = "dbworker"
 DONE = "done"  # + ":<worker>"; a bare "done" (any worker) is still understood
-FUNCTION = "dbworker_notify"
+FUNCTION = "dbworker_notify"  # + "_<table>": one per source table, with its key column built in
 TRIGGER = "dbworker_notify"
 _IDLE_CHECK_SECONDS = 5.0  # an idle listener still looks at its stop flag this often
 
 
 def trigger_statements(conn: sa.Connection, table: sa.Table) -> list[str]:
-    """DDL for the opt-in trigger on ``table``: notify the channel once per changing statement."""
-    quoted = conn.dialect.identifier_preparer.format_table(table)
+    """DDL for the opt-in trigger on ``table``: notify the channel with each changed row's key.
+
+    The key lets a coordinator claim exactly that row, wherever its claim sweep stands: a
+    row enabled (or inserted) below the sweep's cursor is found at once, not at the next
+    wrap. Row by row, because a statement's rows cannot be named otherwise; PostgreSQL
+    delivers them at commit, and a coordinator that gets very many at once sweeps instead.
+    """
+    prep = conn.dialect.identifier_preparer
+    quoted = prep.format_table(table)
+    [key] = list(table.primary_key.columns)
+    function = prep.quote(f"{FUNCTION}_{table.name}")
+    if table.schema:
+        function = f"{prep.quote_schema(table.schema)}.{function}"
     return [
-        f"CREATE OR REPLACE FUNCTION {FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS $$ "
-        f"BEGIN PERFORM pg_notify('{CHANNEL}', TG_TABLE_NAME); RETURN NULL; END $$",
+        f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        f"BEGIN PERFORM pg_notify('{CHANNEL}', TG_TABLE_NAME || ' ' || NEW.{prep.quote(key.name)}::text); "
+        "RETURN NULL; END $$",
         f"DROP TRIGGER IF EXISTS {TRIGGER} ON {quoted}",
         f"CREATE TRIGGER {TRIGGER} AFTER INSERT OR UPDATE ON {quoted} "
-        f"FOR EACH STATEMENT EXECUTE FUNCTION {FUNCTION}()",
+        f"FOR EACH ROW EXECUTE FUNCTION {function}()",
     ]
+
+
+def source_change(payload: str, table: str) -> tuple[bool, str | None]:
+    """Whether ``payload`` reports a change of ``table``, and the changed row's key text if named."""
+    if payload == table:
+        return True, None  # a statement trigger of an earlier release: no key
+    if payload.startswith(table + " "):
+        return True, payload[len(table) + 1 :]
+    return False, None
 
 
 def install_triggers(conn: sa.Connection, tables: Iterable[sa.Table]) -> list[str]:

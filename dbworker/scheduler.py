@@ -34,6 +34,12 @@ ERROR_MAX_WAIT = 5.0
 PREFETCH_BELOW_SECONDS = 0.5  # handlers faster than this on average get prefetched items
 PREFETCH_WINDOW_SECONDS = 0.1  # ... as many per slot as fit in this much handler time
 PREFETCH_MAX_PER_SLOT = 16
+# Changed rows named by notifications are claimed by key, up to this many per claim; more
+# at once (a bulk insert or update) make the loop sweep from the start instead.
+MAX_CHANGED_KEYS = 64
+# Keys of items this loop saw end recently: a notification for one of them is most likely
+# its handler's own write to its row, which needs no claim.
+RECENT_ENDED = 1024
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,10 @@ class WorkerLoop:
         self._wrap_at = 0.0
         self._queue: collections.deque[claims.Claim] = collections.deque()
         self._queue_lock = threading.Lock()
+        self._changed: set[str] = set()  # keys (as text) of source rows a notification named
+        self._changed_many = False  # ... more than MAX_CHANGED_KEYS of them: sweep instead
+        self._ended: collections.deque[str] = collections.deque(maxlen=RECENT_ENDED)
+        self._ended_set: set[str] = set()
         self._mean_seconds: float | None = None
         self.thread = threading.Thread(target=self._run, name=f"dbworker-{worker.name}", daemon=True)
 
@@ -123,10 +133,42 @@ class WorkerLoop:
         self._waker.wake()
         return n
 
-    def wake(self) -> None:
-        """Claim now instead of at the end of the current poll wait."""
+    def wake(self, key: str | None = None) -> None:
+        """Claim now instead of at the end of the current poll wait; ``key``: a source row that changed."""
+        if key is not None:
+            with self._queue_lock:
+                if len(self._changed) < MAX_CHANGED_KEYS:
+                    self._changed.add(key)
+                else:
+                    self._changed_many = True
         self._claim_now = True
         self._waker.wake()
+
+    def _take_changed(self) -> list[str]:
+        """Changed rows the sweep would not reach before its next wrap: to claim by key now.
+
+        Rows past the cursor are left to the sweep (the usual insert of a new, higher key
+        costs nothing extra). Too many changes at once make this claim sweep from the start.
+        """
+        with self._queue_lock:
+            keys, many = sorted(self._changed), self._changed_many
+            self._changed, self._changed_many = set(), False
+        if many:
+            self._cursor = None
+        cursor = self._cursor
+        if cursor is None:
+            return []  # this claim sweeps from the start: it reaches every row
+        keys = [k for k in keys if k not in self._ended_set]
+        if isinstance(cursor, int) and not isinstance(cursor, bool):
+            return [k for k in keys if not (_is_int(k) and int(k) > cursor)]
+        return keys
+
+    def _note_ended(self, source_id: Any) -> None:
+        if len(self._ended) == self._ended.maxlen:
+            self._ended_set.discard(self._ended[0])
+        key = str(source_id)
+        self._ended.append(key)
+        self._ended_set.add(key)
 
     @property
     def alive(self) -> bool:
@@ -272,11 +314,20 @@ class WorkerLoop:
         start = time.perf_counter()
         if time.monotonic() >= self._wrap_at:
             self._cursor = None  # sweep from the start now and then: lower keys may be ready again
+        changed = self._take_changed()
+        taken: list[claims.Claim] = []
         with connect(self.engine) as conn:
-            rnd = self._round(conn, limit)
-        if rnd.swept and rnd.last_key is not None:
-            self._cursor = rnd.last_key
-        taken = rnd.taken
+            if changed:
+                # Rows a notification named, behind the sweep: claimed by key, and handed
+                # out before the sweep's own round trip.
+                taken += self._by_key(conn, limit, changed).taken
+                self._enqueue(taken)
+            if len(taken) < limit:
+                rnd = self._round(conn, limit - len(taken))
+                if rnd.swept and rnd.last_key is not None:
+                    self._cursor = rnd.last_key
+                taken += rnd.taken
+                self._enqueue(rnd.taken)
         seconds = time.perf_counter() - start
         taken_over = [c for c in taken if c.taken_over]
         for c in taken_over:
@@ -286,10 +337,24 @@ class WorkerLoop:
             )
         self._observer.claimed(w.name, count=len(taken), taken_over=len(taken_over), seconds=seconds)
         self._observer.heartbeat(w.name, timestamp=time.time())
-        with self._queue_lock:
-            self._queue.extend(taken)
-        self._dispatch()
         return taken
+
+    def _enqueue(self, taken: list[claims.Claim]) -> None:
+        if taken:
+            with self._queue_lock:
+                self._queue.extend(taken)
+            self._dispatch()
+
+    def _by_key(self, conn: Connection, limit: int, keys: list[str]) -> claims.Round:
+        return claims.claim(
+            conn,
+            table=self.worker.table,
+            key=self.worker.key,
+            eligible=self.worker.eligible,
+            limit=limit,
+            lease_seconds=self._settings.lease_seconds,
+            keys=keys,
+        )
 
     def _round(self, conn: Connection, limit: int) -> claims.Round:
         if self._cursor is None:
@@ -334,6 +399,8 @@ class WorkerLoop:
                 outcome = child.LOST
             self._observer.executed(name, outcome=outcome, seconds=report.seconds)
             self._observer.active(name, running=len(self.pool.busy_claims()))
+            if outcome in (child.FINISHED, child.FAILED):
+                self._note_ended(ev.claim.source_id)
             if outcome in (child.FINISHED, child.UNFINISHED, child.FAILED):
                 self._on_item_done(name)
             return True
@@ -384,3 +451,7 @@ class WorkerLoop:
         )
         self._observer.db_error(self.worker.name, operation=operation, error=exc)
 
+
+
+def _is_int(text: str) -> bool:
+    return text.lstrip("-").isdigit()

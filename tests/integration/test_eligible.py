@@ -120,6 +120,50 @@ def test_notify_trigger_wakes_workers_without_polling(app: App) -> None:
     app.wait_status([i], (ExecutionStatus.FINISHED,), timeout=60)
 
 
+def _ready_in_no_order() -> sa.Select[Any]:
+    # No ORDER BY: claimed by a key-order sweep whose cursor passes rows that are not ready.
+    return sa.select(basic.Item).where(basic.Item.ready.is_(True))
+
+
+@pytest.mark.parametrize("enabled", [1, 100], ids=["one-row", "bulk-update"])
+def test_rows_enabled_behind_the_sweep_are_claimed_at_once(app: App, enabled: int) -> None:
+    """PostgreSQL: a row made eligible below the sweep's cursor wakes its worker, not the next wrap.
+
+    The notification names the row; more than the loop takes by key at once (a bulk
+    update) makes it sweep from the start instead.
+    """
+    if app.db.backend != "postgresql":
+        pytest.skip("LISTEN/NOTIFY exists on PostgreSQL only; other servers poll")
+    # Polls and wraps only every 120 s: only a notification can find the rows in time.
+    c = app.coordinator(eligible=_ready_in_no_order, poll_seconds=120, max_poll_seconds=120)
+    c.install_notify_triggers()
+    waiting = app.add(*["finish"] * enabled, ready=False)
+    c.start()
+    [ahead] = app.add("finish")  # a higher key: the sweep's cursor passes the waiting rows
+    app.wait_status([ahead], (ExecutionStatus.FINISHED,), timeout=60)
+    with Session(app.db.engine) as s:
+        s.execute(sa.update(basic.Item).where(basic.Item.id.in_(waiting)).values(ready=True))
+        s.commit()
+    app.wait_status(waiting, (ExecutionStatus.FINISHED,), timeout=60)
+
+
+def test_a_row_inserted_below_the_sweep_is_claimed_at_once(app: App) -> None:
+    """PostgreSQL, every row eligible (the one-statement claim): a key lower than the cursor's."""
+    if app.db.backend != "postgresql":
+        pytest.skip("LISTEN/NOTIFY exists on PostgreSQL only; other servers poll")
+    c = app.coordinator(poll_seconds=120, max_poll_seconds=120)
+    c.install_notify_triggers()
+    c.start()
+    with Session(app.db.engine) as s:
+        s.add(basic.Item(id=1000, action="finish"))
+        s.commit()
+    app.wait_status([1000], (ExecutionStatus.FINISHED,), timeout=60)
+    with Session(app.db.engine) as s:  # keys need not grow (think of UUIDs)
+        s.add(basic.Item(id=7, action="finish"))
+        s.commit()
+    app.wait_status([7], (ExecutionStatus.FINISHED,), timeout=60)
+
+
 def test_dependent_worker_of_another_coordinator_wakes_when_the_item_it_waits_for_ends(app: App) -> None:
     """PostgreSQL: "items" ends an item in one coordinator; "second" in another claims it at once."""
     if app.db.backend != "postgresql":

@@ -82,7 +82,7 @@ def test_postgresql_one_statement_claim_compiles() -> None:
     d, caps = _dialect("postgresql")
     assert caps.gen_random_uuid
     st = claims.statements(TABLE, KEY, caps)
-    for stmt in (st.one_shot, st.one_shot_after):
+    for stmt in (st.one_shot, st.one_shot_after, st.one_shot_keys):
         assert stmt is not None
         sql = str(stmt.statement.compile(dialect=d))
         assert "FOR UPDATE OF items SKIP LOCKED" in sql
@@ -93,3 +93,21 @@ def test_postgresql_one_statement_claim_compiles() -> None:
     old_caps = dialects.capabilities(old)
     assert claims.statements(TABLE, KEY, old_caps).one_shot is None  # no server-made tokens: statements
     assert claims.statements(TABLE, KEY, _dialect("mariadb")[1]).one_shot is None
+
+
+def test_claims_by_key_compare_the_notified_text_as_the_key_type() -> None:
+    d, caps = _dialect("postgresql")
+    st = claims.statements(TABLE, KEY, caps)
+    assert st.one_shot_keys is not None
+    sql = str(st.one_shot_keys.statement.compile(dialect=d))
+    assert "items.id = ANY (CAST(%(dbw_keys)s::TEXT[] AS INTEGER[]))" in sql
+
+
+def test_notification_payloads_name_the_table_and_maybe_the_row() -> None:
+    from dbworker import notify
+
+    assert notify.source_change("items 42", "items") == (True, "42")
+    assert notify.source_change("items a b", "items") == (True, "a b")  # keys may hold spaces
+    assert notify.source_change("items", "items") == (True, None)  # an earlier release's trigger
+    assert notify.source_change("items_old 42", "items") == (False, None)
+    assert notify.source_change("done:items", "items") == (False, None)
