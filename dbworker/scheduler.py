@@ -320,7 +320,7 @@ class WorkerLoop:
             if changed:
                 # Rows a notification named, behind the sweep: claimed by key, and handed
                 # out before the sweep's own round trip.
-                taken += self._by_key(conn, limit, changed).taken
+                taken += self._round(conn, limit, changed).taken
                 self._enqueue(taken)
             if len(taken) < limit:
                 rnd = self._round(conn, limit - len(taken))
@@ -345,19 +345,9 @@ class WorkerLoop:
                 self._queue.extend(taken)
             self._dispatch()
 
-    def _by_key(self, conn: Connection, limit: int, keys: list[str]) -> claims.Round:
-        return claims.claim(
-            conn,
-            table=self.worker.table,
-            key=self.worker.key,
-            eligible=self.worker.eligible,
-            limit=limit,
-            lease_seconds=self._settings.lease_seconds,
-            keys=keys,
-        )
-
-    def _round(self, conn: Connection, limit: int) -> claims.Round:
-        if self._cursor is None:
+    def _round(self, conn: Connection, limit: int, keys: list[str] | None = None) -> claims.Round:
+        """One claim round trip: of the rows named by ``keys``, else the sweep's next rows."""
+        if keys is None and self._cursor is None:
             self._wrap_at = time.monotonic() + self._settings.max_poll_seconds
         return claims.claim(
             conn,
@@ -366,7 +356,8 @@ class WorkerLoop:
             eligible=self.worker.eligible,
             limit=limit,
             lease_seconds=self._settings.lease_seconds,
-            after=self._cursor,
+            after=self._cursor if keys is None else None,
+            keys=keys,
         )
 
     def _handle(self, ev: Done | Skipped | Died) -> bool:
