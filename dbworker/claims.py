@@ -65,6 +65,13 @@ _STATEMENTS: dict[tuple[int, int, dialects.Capabilities], _Statements] = {}
 
 
 def _blocked(table: sa.Table, key: sa.ColumnElement[Any], caps: dialects.Capabilities, cursor: bool) -> sa.ColumnElement[bool]:
+    """EXISTS a work record that keeps ``key``'s row from being claimed now.
+
+    Correlated on the work table's primary key, so its cost per candidate row is one index
+    probe. With ``cursor`` the sweep's cursor (bound as ``dbw_after``) is repeated inside, so
+    a planner that turns this into a merge anti-join starts the work table's index at the
+    cursor too, not at its first finished row.
+    """
     w = table.c
     after = [w.source_id > sa.bindparam("dbw_after", type_=w.source_id.type)] if cursor else []
     return (
@@ -213,19 +220,6 @@ def _one_shot(
         .select_from(c.outerjoin(taken, taken.c.source_id == cid))
         .order_by(cid)
     )
-
-
-def blocked(
-    table: sa.Table, key: sa.ColumnElement[Any], caps: dialects.Capabilities, *, after: Any = None
-) -> sa.ColumnElement[bool]:
-    """EXISTS a work record that keeps ``key``'s row from being claimed now.
-
-    Correlated on the work table's primary key, so its cost per candidate row is one index
-    probe. A sweep cursor (``after``, bound as ``dbw_after``) is repeated inside, so a planner
-    that turns this into a merge anti-join starts the work table's index at the cursor too,
-    not at its first finished row.
-    """
-    return _blocked(table, key, caps, cursor=after is not None)
 
 
 def eligible_query(eligible: Callable[[], sa.Select[Any]] | None, key: sa.Column[Any]) -> sa.Select[Any]:

@@ -51,7 +51,8 @@ def test_claim_path_compiles(name: str) -> None:
     for stmt in (
         sa.update(TABLE).values(lease_expires_at=caps.now_plus(10)),
         sa.select(caps.now()),
-        claims.blocked(TABLE, KEY, caps),
+        claims.statements(TABLE, KEY, caps).blocked,
+        claims.statements(TABLE, KEY, caps).blocked_after,
     ):
         assert str(stmt.compile(dialect=d))
 
