@@ -28,7 +28,7 @@ from dbworker.contract import Eligible, ExecutionStatus
 from dbworker.dialects import connect
 from dbworker.leases import LeaseKeeper
 from dbworker.observe import Observer, Observers
-from dbworker.scheduler import Settings, WorkerLoop
+from dbworker.scheduler import Settings, WorkerLoop, key_text
 from dbworker.workers import RegisteredWorker, WorkerViews, check_concurrency, check_name
 
 log = logging.getLogger("dbworker")
@@ -108,6 +108,7 @@ class Coordinator:
         self._keeper: LeaseKeeper | None = None
         self._listener: notify.Listener | None = None
         self._engine: Engine | None = None
+        self._keyed = False  # claims by key (of notified or ended rows): PostgreSQL only
 
     # --- settings ------------------------------------------------------------------------
     @property
@@ -273,6 +274,7 @@ class Coordinator:
             configs = {w.name: self._child_config(w) for w in selected}
             self._started = True
         engine = self.engine
+        self._keyed = engine.dialect.name == "postgresql"
         if engine.dialect.name == "sqlite":
             _sqlite_wal(engine)
         # Every registered worker counts, started here or not: other pods start the others.
@@ -337,25 +339,33 @@ class Coordinator:
                 if self._deps.get(loop.worker.name):
                     loop.wake()
         elif payload.startswith(notify.DONE + ":"):
-            self._wake_waiters(payload[len(notify.DONE) + 1 :])
+            worker, _, ended_key = payload[len(notify.DONE) + 1 :].partition(" ")
+            self._wake_waiters(worker, key=ended_key or None)
         else:  # a source table changed (a row of it, if the payload names its key)
             for loop in self._loops:
                 changed, key = notify.source_change(payload, loop.worker.key.table.name)
                 if changed:
                     loop.wake(key)
 
-    def _item_done(self, worker: str) -> None:
+    def _item_done(self, worker: str, source_id: Any = None) -> None:
         # An item that ended may make another worker's items eligible (has_execution_status),
         # here or in another coordinator; the worker's own loop claims again by itself.
-        self._wake_waiters(worker, skip=worker)
+        key = key_text(source_id)
+        self._wake_waiters(worker, skip=worker, key=key)
         if self._listener is not None and (self._awaited is None or worker in self._awaited):
-            self._listener.announce_done(worker)
+            self._listener.announce_done(worker, key)
 
-    def _wake_waiters(self, ended: str, *, skip: str | None = None) -> None:
+    def _wake_waiters(self, ended: str, *, skip: str | None = None, key: str | None = None) -> None:
         waiting = self._waiters.get(ended, self._waiters[None])
+        registered = self._registry.get(ended)
+        table = registered.key.table if registered is not None else None
         for loop in self._loops:
             if loop.worker.name in waiting and loop.worker.name != skip:
-                loop.wake()
+                # The same key of the same source table is the row a waiter most likely waits
+                # on (has_execution_status(source_id=Model.id)): claimed by key if the sweep
+                # passed it. By key only on PostgreSQL (notified keys are its text forms).
+                same = key is not None and loop.worker.key.table is table and self._keyed
+                loop.wake(key if same else None)
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop claiming and wait for running handlers to finish.

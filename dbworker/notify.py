@@ -4,8 +4,9 @@ One listener thread per coordinator holds a connection LISTENing on the ``dbwork
 channel. Payloads are ``<table> <key>`` (sent for every inserted or updated row by the
 opt-in trigger that ``install_triggers`` puts on the application's source tables; the key
 as PostgreSQL writes it as text), a bare table name (the statement trigger of earlier
-releases), or ``done:<worker>`` (sent when an item of a worker that others wait for ended,
-so dependent workers of other coordinators claim at once).
+releases), or ``done:<worker> <key>`` (sent when an item of a worker that others wait for
+ended, so dependent workers of other coordinators claim at once, by key if their sweep
+passed it; ``done:<worker>`` alone when the key has no text form or very many ended).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ CHANNEL = "dbworker"
 DONE = "done"  # + ":<worker>"; a bare "done" (any worker) is still understood
 FUNCTION = "dbworker_notify"  # + "_<table>": one per source table, with its key column built in
 TRIGGER = "dbworker_notify"
-_IDLE_CHECK_SECONDS = 5.0  # an idle listener still looks at its stop flag this often
+_IDLE_CHECK_SECONDS = 5.0
+MAX_ANNOUNCED_KEYS = 64  # per worker and batch; more are announced as "done:<worker>" alone  # an idle listener still looks at its stop flag this often
 
 
 def trigger_statements(conn: sa.Connection, table: sa.Table) -> list[str]:
@@ -78,6 +80,17 @@ def install_triggers(conn: sa.Connection, tables: Iterable[sa.Table]) -> list[st
     return done
 
 
+def done_payloads(ended: dict[str, set[str] | None]) -> list[str]:
+    """``done:<worker> <key>`` for each ended item named, ``done:<worker>`` when unnamed."""
+    payloads: list[str] = []
+    for worker, keys in sorted(ended.items()):
+        if keys:
+            payloads += [f"{DONE}:{worker} {key}" for key in sorted(keys)]
+        else:
+            payloads.append(f"{DONE}:{worker}")
+    return payloads
+
+
 class Listener:
     """LISTENs on the channel and calls ``on_notify(payload)``; reconnects after errors."""
 
@@ -87,7 +100,9 @@ class Listener:
         self._secrets = secrets
         self._stop = threading.Event()
         self._announce = threading.Event()
-        self._ended: set[str] = set()
+        # Ended items to announce, by worker: their keys, or None for "some" (too many, or
+        # keys without a text form).
+        self._ended: dict[str, set[str] | None] = {}
         self._ended_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -101,10 +116,15 @@ class Listener:
         self._stop.set()
         self._poke()
 
-    def announce_done(self, worker: str) -> None:
-        """Tell other coordinators an item of ``worker`` ended (batched while the listener is busy)."""
+    def announce_done(self, worker: str, key: str | None = None) -> None:
+        """Tell other coordinators an item of ``worker`` (``key`` as text) ended; batched while busy."""
         with self._ended_lock:
-            self._ended.add(worker)
+            keys = self._ended.get(worker, set())
+            if keys is not None and key is not None and len(keys) < MAX_ANNOUNCED_KEYS:
+                keys.add(key)
+                self._ended[worker] = keys
+            else:
+                self._ended[worker] = None
         if not self._announce.is_set():
             self._announce.set()
             self._poke()
@@ -150,10 +170,10 @@ class Listener:
             if self._announce.is_set():
                 self._announce.clear()
                 with self._ended_lock:
-                    ended, self._ended = sorted(self._ended), set()
+                    ended, self._ended = self._ended, {}
                 conn.execute(
-                    "SELECT pg_notify(%s, %s || name) FROM unnest(%s::text[]) AS name",
-                    (CHANNEL, DONE + ":", ended),
+                    "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
+                    (CHANNEL, done_payloads(ended)),
                 )
                 continue
             readable, _, _ = select.select([conn.fileno(), self._wake_r], [], [], _IDLE_CHECK_SECONDS)

@@ -13,6 +13,7 @@ import logging
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -91,7 +92,7 @@ class WorkerLoop:
         settings: Settings,
         child_config: child.ChildConfig,
         observer: Observer,
-        on_item_done: Callable[[str], None],
+        on_item_done: Callable[[str, Any], None],
         secrets: tuple[str, ...],
     ) -> None:
         self.worker = worker
@@ -393,7 +394,7 @@ class WorkerLoop:
             if outcome in (child.FINISHED, child.FAILED):
                 self._note_ended(ev.claim.source_id)
             if outcome in (child.FINISHED, child.UNFINISHED, child.FAILED):
-                self._on_item_done(name)
+                self._on_item_done(name, ev.claim.source_id)
             return True
         if isinstance(ev, Skipped):
             if self._stopping.is_set():
@@ -446,3 +447,12 @@ class WorkerLoop:
 
 def _is_int(text: str) -> bool:
     return text.lstrip("-").isdigit()
+
+
+def key_text(value: Any) -> str | None:
+    """A key as PostgreSQL writes it as text, for the kinds whose text form is the same; else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | str | uuid.UUID):
+        return str(value)
+    return None

@@ -187,3 +187,39 @@ def test_dependent_worker_of_another_coordinator_wakes_when_the_item_it_waits_fo
             return waiting.execution_status(s, worker="second", source_id=i)
 
     wait_until(lambda: second() is ExecutionStatus.FINISHED, timeout=60, what="the dependent worker to finish the item")
+
+
+@pytest.mark.parametrize("where", ["same-coordinator", "other-coordinator"])
+def test_a_dependent_row_behind_the_sweep_is_claimed_when_what_it_waits_for_ends(app: App, where: str) -> None:
+    """PostgreSQL: items that end out of key order still wake their dependents at once.
+
+    "items" ends the higher key first, so "second" claims it and its sweep's cursor passes
+    the lower key; when that one ends, the wake-up names it and "second" claims it by key.
+    """
+    if app.db.backend != "postgresql":
+        pytest.skip("LISTEN/NOTIFY exists on PostgreSQL only; other servers poll")
+    # Polls and wraps only every 120 s: only a wake-up naming the row finds it in time.
+    slow_poll = {"poll_seconds": 120, "max_poll_seconds": 120}
+    first = app.coordinator(**slow_poll)
+    _register_second(first)
+    first.create_worker_tables()
+    waiting = first
+    if where == "other-coordinator":
+        waiting = app.coordinator(**slow_poll)
+        _register_second(waiting)
+    lower, higher = app.add("sleep:2", "finish")
+
+    def second(item: int) -> ExecutionStatus | None:
+        with Session(app.db.engine) as s:
+            return waiting.execution_status(s, worker="second", source_id=item)
+
+    if waiting is first:
+        first.start()
+    else:
+        polls = EmptyPolls()
+        waiting.add_observer(polls)
+        waiting.start(workers=["second"])
+        wait_until(lambda: polls.seen, what="the dependent worker's first, empty poll")
+        first.start(workers=["items"])
+    wait_until(lambda: second(higher) is ExecutionStatus.FINISHED, timeout=60, what="the higher key's dependent")
+    wait_until(lambda: second(lower) is ExecutionStatus.FINISHED, timeout=60, what="the lower key's dependent")

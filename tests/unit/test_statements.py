@@ -112,3 +112,11 @@ def test_notification_payloads_name_the_table_and_maybe_the_row() -> None:
     assert notify.source_change("items", "items") == (True, None)  # an earlier release's trigger
     assert notify.source_change("items_old 42", "items") == (False, None)
     assert notify.source_change("done:items", "items") == (False, None)
+
+
+def test_done_announcements_name_the_ended_items_while_they_are_few() -> None:
+    from dbworker import notify
+
+    assert notify.done_payloads({"hash": {"7", "12"}, "compare": None}) == [
+        "done:compare", "done:hash 12", "done:hash 7",
+    ]  # fmt: skip
