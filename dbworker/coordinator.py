@@ -28,7 +28,7 @@ from dbworker.contract import Eligible, ExecutionStatus
 from dbworker.dialects import connect
 from dbworker.leases import LeaseKeeper
 from dbworker.observe import Observer, Observers
-from dbworker.scheduler import Settings, WorkerLoop, key_text
+from dbworker.scheduler import Settings, WorkerLoop
 from dbworker.workers import RegisteredWorker, WorkerViews, check_concurrency, check_name
 
 log = logging.getLogger("dbworker")
@@ -350,7 +350,7 @@ class Coordinator:
     def _item_done(self, worker: str, source_id: Any = None) -> None:
         # An item that ended may make another worker's items eligible (has_execution_status),
         # here or in another coordinator; the worker's own loop claims again by itself.
-        key = key_text(source_id)
+        key = notify.key_text(source_id)
         self._wake_waiters(worker, skip=worker, key=key)
         if self._listener is not None and (self._awaited is None or worker in self._awaited):
             self._listener.announce_done(worker, key)

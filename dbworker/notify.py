@@ -15,6 +15,7 @@ import logging
 import os
 import select
 import threading
+import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -30,8 +31,8 @@ CHANNEL = "dbworker"
 DONE = "done"  # + ":<worker>"; a bare "done" (any worker) is still understood
 FUNCTION = "dbworker_notify"  # + "_<table>": one per source table, with its key column built in
 TRIGGER = "dbworker_notify"
-_IDLE_CHECK_SECONDS = 5.0
-MAX_ANNOUNCED_KEYS = 64  # per worker and batch; more are announced as "done:<worker>" alone  # an idle listener still looks at its stop flag this often
+_IDLE_CHECK_SECONDS = 5.0  # an idle listener still looks at its stop flag this often
+MAX_ANNOUNCED_KEYS = 64  # per worker and batch; more are announced as "done:<worker>" alone
 
 
 def trigger_statements(conn: sa.Connection, table: sa.Table) -> list[str]:
@@ -65,6 +66,20 @@ def source_change(payload: str, table: str) -> tuple[bool, str | None]:
     if payload.startswith(table + " "):
         return True, payload[len(table) + 1 :]
     return False, None
+
+
+def key_text(value: Any) -> str | None:
+    """A key as PostgreSQL writes it as text, for the kinds whose text form is the same; else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | str | uuid.UUID):
+        return str(value)
+    return None
+
+
+def int_past(text: str, cursor: int) -> bool:
+    """Whether ``text`` is an integer key beyond ``cursor`` (False when it is not an integer)."""
+    return text.lstrip("-").isdigit() and int(text) > cursor
 
 
 def install_triggers(conn: sa.Connection, tables: Iterable[sa.Table]) -> list[str]:

@@ -13,7 +13,6 @@ import logging
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dbworker import child, claims, redact
+from dbworker import child, claims, notify, redact
 from dbworker.backoff import Backoff
 from dbworker.dialects import connect
 from dbworker.observe import Observer
@@ -161,13 +160,15 @@ class WorkerLoop:
             return []  # this claim sweeps from the start: it reaches every row
         keys = [k for k in keys if k not in self._ended_set]
         if isinstance(cursor, int) and not isinstance(cursor, bool):
-            return [k for k in keys if not (_is_int(k) and int(k) > cursor)]
+            return [k for k in keys if not notify.int_past(k, cursor)]
         return keys
 
     def _note_ended(self, source_id: Any) -> None:
+        key = notify.key_text(source_id)
+        if key is None:
+            return  # no text form to match notifications against
         if len(self._ended) == self._ended.maxlen:
             self._ended_set.discard(self._ended[0])
-        key = str(source_id)
         self._ended.append(key)
         self._ended_set.add(key)
 
@@ -444,15 +445,3 @@ class WorkerLoop:
         self._observer.db_error(self.worker.name, operation=operation, error=exc)
 
 
-
-def _is_int(text: str) -> bool:
-    return text.lstrip("-").isdigit()
-
-
-def key_text(value: Any) -> str | None:
-    """A key as PostgreSQL writes it as text, for the kinds whose text form is the same; else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | str | uuid.UUID):
-        return str(value)
-    return None
