@@ -7,11 +7,11 @@ processes. Only SPEC's public API is used; the adapter (sys_dbworker.py) starts 
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Integer, create_engine
+from sqlalchemy import BigInteger, Integer, create_engine, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from benchmarks import probe
-from dbworker import Coordinator, Finished, Outcome
+from dbworker import Coordinator, Finished, Outcome, Unfinished
 
 
 class Base(DeclarativeBase):
@@ -48,7 +48,15 @@ def latency(source: BenchItem, session: Session) -> Outcome:
     return Finished()
 
 
-HANDLERS = {"noop": noop, "write": write, "latency": latency}
+def again(source: BenchItem, session: Session) -> Outcome:
+    """Unfinished at its first call, finished at its second (work resumed later)."""
+    if session.scalar(select(BenchOut.id).where(BenchOut.item_id == source.id).limit(1)) is None:
+        session.add(BenchOut(item_id=source.id))
+        return Unfinished()
+    return Finished()
+
+
+HANDLERS = {"noop": noop, "write": write, "latency": latency, "again": again}
 
 
 def build_coordinator(url: str, *, concurrency: int) -> Coordinator:

@@ -49,7 +49,7 @@ class DbworkerSystem:
             self._engine = create_engine(self._url, pool_pre_ping=True)
         return self._engine
 
-    def reset(self, *, history: int) -> None:
+    def reset(self, *, history: int, worker: str = "noop") -> None:
         self._wipe()
         # Tables come from the application's own start-up path, in a separate process, as
         # an init container would run it.
@@ -66,7 +66,7 @@ class DbworkerSystem:
             timeout=120,
         )
         if history:
-            self._add_history(history)
+            self._add_history(history, worker)
 
     def _wipe(self) -> None:
         url = make_url(self._url)
@@ -89,10 +89,10 @@ class DbworkerSystem:
             meta.reflect(conn)
             meta.drop_all(conn)
 
-    def _add_history(self, history: int) -> None:
-        """Items 1..history as a long-running deployment leaves them: FINISHED in noop_work."""
+    def _add_history(self, history: int, worker: str) -> None:
+        """Items 1..history as a long-running deployment leaves them: FINISHED in <worker>_work."""
         engine = self._eng()
-        work = Table("noop_work", MetaData(), autoload_with=engine)
+        work = Table(f"{worker}_work", MetaData(), autoload_with=engine)
         with engine.begin() as conn:
             for start in range(1, history + 1, HISTORY_CHUNK):
                 ids = range(start, min(start + HISTORY_CHUNK, history + 1))
@@ -116,7 +116,7 @@ class DbworkerSystem:
         with self._eng().begin() as conn:
             conn.execute(insert(ITEM_TABLE), [{"id": i} for i in items])
 
-    def outstanding(self, kind: Kind, items: range) -> int:
+    def outstanding(self, kind: str, items: range) -> int:
         with self._eng().connect() as conn:
             done = conn.execute(
                 text(

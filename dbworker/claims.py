@@ -281,6 +281,12 @@ def _lock(caps: dialects.Capabilities, key: sa.Column[Any], query: sa.Select[Any
     return query
 
 
+def top_key(conn: Connection, key: sa.Column[Any]) -> Any:
+    """The source's highest key now (None: it has no rows), in a transaction of its own."""
+    with conn.begin():
+        return conn.execute(sa.select(sa.func.max(key))).scalar()
+
+
 def is_ordered(query: sa.Select[Any]) -> bool:
     """Whether the application's query fixes an order of its own."""
     return bool(getattr(query, "_order_by_clauses", ()))
@@ -305,15 +311,16 @@ def claim(
     limit: int,
     lease_seconds: float,
     after: Any = None,
-    keys: Sequence[str] | None = None,
+    keys: Sequence[Any] | None = None,
 ) -> Round:
     """Claim up to ``limit`` items in one transaction, which this function commits.
 
     When the eligible query has no order of its own, candidates are taken in key order
     after the cursor ``after`` (None: from the start), so finished history below the cursor
-    is never walked again; the caller moves the cursor and wraps it. With ``keys`` (as
-    text, from PostgreSQL notifications; PostgreSQL only) only those rows are candidates,
-    wherever the cursor stands, and the cursor is left alone.
+    is never walked again; the caller moves the cursor and wraps it. With ``keys`` only
+    those rows are candidates, wherever the cursor stands, and the cursor is left alone:
+    on PostgreSQL the keys' text form (what notifications carry, see ``notify.key_text``),
+    elsewhere their values.
 
     Locks: on PostgreSQL, MySQL 8.0.1+ and MariaDB 10.6+ the candidate source rows are
     locked FOR UPDATE SKIP LOCKED until the commit; the work rows written are row-locked
@@ -325,13 +332,18 @@ def claim(
     params: dict[str, Any] = {"dbw_limit": limit}
     one_shot = st.one_shot_keys if keys is not None else st.one_shot if after is None else st.one_shot_after
     if keys is not None:
-        params["dbw_keys"] = list(keys)
+        if caps.name == "postgresql":
+            params["dbw_keys"] = list(keys)
         after = None
     if eligible is None and one_shot is not None and not conn.in_transaction():
         if after is not None:
             params["dbw_after"] = after
         params["dbw_lease"] = lease
         rows: Sequence[Any] = one_shot.execute(conn.execution_options(isolation_level="AUTOCOMMIT"), params).all()
+        # Nothing to send in autocommit, but SQLAlchemy began a transaction of its own: ended,
+        # so a next round on this connection is one statement too (and not a slower path
+        # whose row locks would not outlive each statement).
+        conn.commit()
         got = [
             Claim(source_id, token, taken_over=previous == WORKING)
             for source_id, token, previous in rows
@@ -341,7 +353,8 @@ def claim(
     if keys is not None:
         base = eligible_query(eligible, key)
         swept = False
-        query = _narrow(st, key, base, swept=False).where(_named(key))
+        named = _named(key) if caps.name == "postgresql" else key.in_(list(keys))
+        query = _narrow(st, key, base, swept=False).where(named)
         query = query.limit(sa.bindparam("dbw_limit", type_=sa.Integer()))
         query = _lock(caps, key, query if is_ordered(base) else query.order_by(key))
     elif eligible is None:  # prebuilt: every row of the source, in key order

@@ -54,3 +54,25 @@ def test_claim_plan_reads_no_history(pg: Database) -> None:
     assert all(t.startswith("Index") for t, _ in scans), scans
     rows_read = sum(n.get("Actual Rows", 0) * n.get("Actual Loops", 1) for n in nodes if "Relation Name" in n)
     assert rows_read < 100, json.dumps(plan)[:2000]  # the history is never walked
+
+
+def test_every_round_of_a_claim_on_one_connection_is_one_statement(pg: Database) -> None:
+    # The scheduler claims rows named by notifications, then sweeps, on one connection. Each
+    # round must be the one autocommitted statement: the sweep had fallen back to separate
+    # statements, in autocommit, whose row locks ended with each statement.
+    c = basic.build(pg.url)
+    table = c.workers["items"].table
+    key = basic.Item.__table__.c.id
+    ids = basic.add_items(pg.engine, ["finish"] * 4)
+    statements: list[str] = []
+
+    @sa.event.listens_for(pg.engine, "before_cursor_execute")
+    def seen(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        statements.append(statement)
+
+    with pg.engine.connect() as conn:
+        named = claims.claim(conn, table=table, key=key, eligible=None, limit=1, lease_seconds=30, keys=[str(ids[2])])
+        swept = claims.claim(conn, table=table, key=key, eligible=None, limit=2, lease_seconds=30)
+    assert [c.source_id for c in named.taken] == [ids[2]]
+    assert [c.source_id for c in swept.taken] == ids[:2]
+    assert len(statements) == 2, statements

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from dbworker import ExecutionStatus
+from dbworker import ExecutionStatus, claims
 from dbworker.observe import Observer
 from tests.apps import basic
 from tests.helpers import wait_until
@@ -223,3 +224,69 @@ def test_a_dependent_row_behind_the_sweep_is_claimed_when_what_it_waits_for_ends
         first.start(workers=["items"])
     wait_until(lambda: second(higher) is ExecutionStatus.FINISHED, timeout=60, what="the higher key's dependent")
     wait_until(lambda: second(lower) is ExecutionStatus.FINISHED, timeout=60, what="the lower key's dependent")
+
+
+
+# --- the sweep's cost: walks from the first row only now and then ------------------------
+class Rounds:
+    """Claim rounds a coordinator made, spied on in this process (see claims.claim)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, slow_from_start: float = 0.0) -> None:
+        self.all = 0
+        self.from_start = 0
+        real = claims.claim
+
+        def spy(conn: sa.Connection, **kwargs: Any) -> claims.Round:
+            self.all += 1
+            if kwargs.get("keys") is None and kwargs.get("after") is None:
+                self.from_start += 1
+                time.sleep(slow_from_start)  # as a walk through a long history would take
+            return real(conn, **kwargs)
+
+        monkeypatch.setattr(claims, "claim", spy)
+
+
+def test_an_unfinished_item_is_claimed_again_by_key_not_by_a_sweep_from_the_start(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sweep from the first row walks every finished item once: doing that for every item
+    # that ends unfinished made claim cost grow with history (0.25x at 500,000 items).
+    rounds = Rounds(monkeypatch)
+    # Polls and wraps only every 120 s: the test is over long before a timed wrap.
+    c = app.coordinator(poll_seconds=120, max_poll_seconds=120, concurrency=1)
+    ids = app.add(*["unfinished:2"] * 6)
+    c.start()
+    app.wait_status(ids, (ExecutionStatus.FINISHED,))
+    assert [app.item(i).runs for i in ids] == [2] * 6
+    assert rounds.from_start == 1  # the first claim only
+
+
+@pytest.mark.parametrize("query", ["every row", "no order"])
+def test_an_idle_worker_does_not_walk_the_source_at_every_poll(
+    app: App, monkeypatch: pytest.MonkeyPatch, query: str
+) -> None:
+    # Nothing claimable: the first sweep from the start finds nothing; the cursor then stands
+    # at the source's top key, so later polls (every 0.05 s doubling) do not walk it again.
+    rounds = Rounds(monkeypatch)
+    eligible = None if query == "every row" else _ready_in_no_order
+    c = app.coordinator(eligible=eligible, poll_seconds=0.05, max_poll_seconds=120)
+    ids = app.add("finish", "finish")
+    with app.db.engine.begin() as conn:  # finished long ago: nothing is claimable
+        finished = [{"source_id": i, "execution_status": "finished"} for i in ids]
+        conn.execute(sa.insert(c.workers["items"].table), finished)
+    c.start()
+    wait_until(lambda: rounds.all >= 6, what="six polls")
+    assert rounds.from_start == 1
+    [late] = app.add("finish")  # above the top: the sweep from the cursor finds it
+    app.wait_status([late])
+
+
+def test_a_slow_wrap_is_spaced_out(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A sweep from the start that takes 0.3 s (a long history) is not repeated every
+    # max_poll_seconds (0.5 s) but after 100 times as long: wraps cost ~1% of the time.
+    rounds = Rounds(monkeypatch, slow_from_start=0.3)
+    c = app.coordinator(eligible=_ready_in_no_order, poll_seconds=0.05, max_poll_seconds=0.5)
+    app.add("finish", ready=False)
+    c.start()
+    wait_until(lambda: rounds.all >= 8, what="eight polls")
+    assert rounds.from_start == 1
