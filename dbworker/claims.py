@@ -57,6 +57,7 @@ class _Statements:
     one_shot_keys: Precompiled | None  # ... of the rows named in ``dbw_keys`` (their keys as text)
     again: sa.Update
     over: sa.Update
+    expired: sa.Select[Any]  # keys of WORKING items whose lease expired, through the lease index
     renew: sa.Update
     complete: sa.Update
 
@@ -122,6 +123,9 @@ def statements(table: sa.Table, key: sa.Column[Any], caps: dialects.Capabilities
         one_shot_keys=_precompiled(_one_shot(table, key, caps, blocked_plain, blocked_after, cursor=False, keyed=True)),
         again=sa.update(table).where(w.source_id == sid, w.execution_status == UNFINISHED).values(**taking),
         over=sa.update(table).where(w.source_id == sid, w.execution_status == WORKING, expired).values(**taking),
+        expired=sa.select(w.source_id)
+        .where(w.lease_expires_at <= caps.now(), w.execution_status == WORKING)
+        .limit(sa.bindparam("dbw_limit", type_=sa.Integer())),
         renew=sa.update(table).where(held).values(lease_expires_at=caps.now_plus_param("dbw_lease")),
         complete=sa.update(table).where(held).values(
             execution_status=sa.bindparam("dbw_status", type_=w.execution_status.type),
@@ -537,6 +541,17 @@ class Completer:
         """Compile for ``conn``'s dialect now (else on first use)."""
         self._run = Precompiled(_for(conn, self._table).complete)
         self._run.prepare(conn.dialect)
+
+
+def expired(conn: Connection, table: sa.Table, limit: int) -> list[Any]:
+    """Up to ``limit`` items whose claim expired (their process died), in a transaction of its own.
+
+    Read through the lease index: the cost is the same whatever the finished history, which
+    has no lease. The sweep finds these items too, but only at its spaced-out wraps when
+    they lie behind its cursor.
+    """
+    with conn.begin():
+        return list(conn.execute(_for(conn, table).expired, {"dbw_limit": limit}).scalars())
 
 
 def release(conn: Connection, table: sa.Table, claim: Claim) -> bool:

@@ -115,6 +115,9 @@ class WorkerLoop:
         # or is given back is claimed by key instead (see _claimable_again).
         self._cursor: Any = None
         self._wrap_at = 0.0
+        # Between wraps, expired claims (a dead process's items) are looked up through the
+        # lease index every max_poll_seconds and claimed by key: wraps may be far apart.
+        self._expired_at = 0.0
         self._queue: collections.deque[claims.Claim] = collections.deque()
         self._queue_lock = threading.Lock()
         # Source rows to claim by key: named by notifications, or our own items claimable
@@ -157,7 +160,8 @@ class WorkerLoop:
                 self._changed_many = True
 
     def _claimable_again(self, source_id: Any) -> None:
-        """One of our items may be claimable again: it ended unfinished, or was given back.
+        """An item that may be claimable again: ours that ended unfinished or was given back,
+        or one whose claim expired.
 
         It is named for the next claim, wherever the cursor stands. Sweeping from the first
         row instead would walk the whole finished history once for every such item.
@@ -342,12 +346,17 @@ class WorkerLoop:
     def _claim(self, limit: int) -> list[claims.Claim]:
         w = self.worker
         start = time.perf_counter()
-        if time.monotonic() >= self._wrap_at:
+        now = time.monotonic()
+        if now >= self._wrap_at:
             self._cursor = None  # sweep from the start now and then (see WRAP_SPACING): lower keys may be ready again
-        changed = self._take_changed()
-        wrap = self._cursor is None
         taken: list[claims.Claim] = []
         with connect(self.engine) as conn:
+            if self._cursor is not None and now >= self._expired_at:
+                self._expired_at = now + self._settings.max_poll_seconds
+                for source_id in claims.expired(conn, w.table, MAX_CHANGED_KEYS):
+                    self._claimable_again(source_id)
+            changed = self._take_changed()
+            wrap = self._cursor is None
             if changed:
                 # Rows named (by notifications, or our own items claimable again) behind the
                 # sweep: claimed by key, and handed out before the sweep's own round trip.
@@ -397,6 +406,7 @@ class WorkerLoop:
         if keys is None and self._cursor is None:
             now = time.monotonic()
             self._wrap_at = now + max(self._settings.max_poll_seconds, WRAP_SPACING * (now - start))
+            self._expired_at = now + self._settings.max_poll_seconds  # this wrap saw them
         return rnd
 
     def _handle(self, ev: Done | Skipped | Died) -> bool:

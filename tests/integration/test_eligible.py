@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from dbworker import ExecutionStatus, claims
+from dbworker import ExecutionStatus, claims, dialects
 from dbworker.observe import Observer
 from tests.apps import basic
 from tests.helpers import wait_until
@@ -290,3 +291,26 @@ def test_a_slow_wrap_is_spaced_out(app: App, monkeypatch: pytest.MonkeyPatch) ->
     c.start()
     wait_until(lambda: rounds.all >= 8, what="eight polls")
     assert rounds.from_start == 1
+
+
+def test_an_expired_claim_behind_the_cursor_is_taken_over_between_spaced_out_wraps(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first wrap takes 2 s (a long history): the next waits 200 s. A claim that expires
+    # behind the cursor meanwhile (its process died) is found through the lease index.
+    Rounds(monkeypatch, slow_from_start=2.0)
+    c = app.coordinator(poll_seconds=0.05, max_poll_seconds=0.5)
+    [dead, later] = app.add("finish", "finish")
+    with app.db.engine.begin() as conn:
+        caps = dialects.of(conn)
+        conn.execute(
+            sa.insert(c.workers["items"].table).values(
+                source_id=dead,
+                execution_status="working",
+                claim_token=str(uuid.uuid4()),
+                lease_expires_at=caps.now_plus(4),  # live at the first claim, by the server's clock
+            )
+        )
+    c.start()
+    app.wait_status([later])  # the cursor is now past `dead`
+    app.wait_status([dead], (ExecutionStatus.FINISHED,), timeout=60)
