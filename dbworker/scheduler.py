@@ -351,10 +351,6 @@ class WorkerLoop:
             self._cursor = None  # sweep from the start now and then (see WRAP_SPACING): lower keys may be ready again
         taken: list[claims.Claim] = []
         with connect(self.engine) as conn:
-            if self._cursor is not None and now >= self._expired_at:
-                self._expired_at = now + self._settings.max_poll_seconds
-                for source_id in claims.expired(conn, w.table, MAX_CHANGED_KEYS):
-                    self._claimable_again(source_id)
             changed = self._take_changed()
             wrap = self._cursor is None
             if changed:
@@ -373,6 +369,15 @@ class WorkerLoop:
                     self._cursor = claims.top_key(conn, self.worker.key)
                 taken += rnd.taken
                 self._enqueue(rnd.taken)
+            if self._cursor is not None and now >= self._expired_at:
+                # After the rounds, so no item waits for this lookup: what it finds is
+                # claimed by key at once, in the next claim.
+                self._expired_at = now + self._settings.max_poll_seconds
+                expired = claims.expired(conn, w.table, MAX_CHANGED_KEYS)
+                for source_id in expired:
+                    self._claimable_again(source_id)
+                if expired:
+                    self.wake()
         seconds = time.perf_counter() - start
         taken_over = [c for c in taken if c.taken_over]
         for c in taken_over:
