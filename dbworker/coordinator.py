@@ -22,7 +22,18 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from dbworker import claims, dependencies, dialects, logs, notify, redact, status, tables, upgrade
+from dbworker import (
+    claims,
+    dependencies,
+    dialects,
+    logs,
+    notify,
+    redact,
+    sqlite_wake,
+    status,
+    tables,
+    upgrade,
+)
 from dbworker.child import ChildConfig
 from dbworker.contract import Eligible, ExecutionStatus
 from dbworker.dialects import connect
@@ -107,6 +118,7 @@ class Coordinator:
         self._awaited: frozenset[str] | None = frozenset()  # None: any worker may be awaited
         self._keeper: LeaseKeeper | None = None
         self._listener: notify.Listener | None = None
+        self._watcher: sqlite_wake.DataVersionWatcher | None = None
         self._engine: Engine | None = None
         self._keyed = False  # claims by key (of notified or ended rows): PostgreSQL only
 
@@ -294,6 +306,8 @@ class Coordinator:
             for w in selected
         ]
         self._listener = self._make_listener(engine)
+        if engine.dialect.name == "sqlite":
+            self._watcher = sqlite_wake.DataVersionWatcher(engine, self._wake_all, secrets=self._secrets)
         self._keeper = LeaseKeeper(
             self._loops, lease_seconds=self._settings.lease_seconds,
             observer=self._observers, secrets=self._secrets,
@@ -307,6 +321,8 @@ class Coordinator:
         self._keeper.start()
         if self._listener is not None:
             self._listener.start()
+        if self._watcher is not None:
+            self._watcher.start()
 
     def _child_config(self, worker: RegisteredWorker) -> ChildConfig:
         config = ChildConfig(
@@ -346,6 +362,10 @@ class Coordinator:
                 changed, key = notify.source_change(payload, loop.worker.key.table.name)
                 if changed:
                     loop.wake(key)
+
+    def _wake_all(self) -> None:
+        for loop in self._loops:
+            loop.wake()
 
     def _item_done(self, worker: str, source_id: Any = None) -> None:
         # An item that ended may make another worker's items eligible (has_execution_status),
@@ -418,6 +438,8 @@ class Coordinator:
                 loop.pool.kill_all()
         if self._listener is not None:
             self._listener.stop()
+        if self._watcher is not None:
+            self._watcher.stop()
         if self._keeper is not None:
             self._keeper.stop()
             self._keeper.thread.join(max(0.0, end - time.monotonic()))

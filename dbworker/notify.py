@@ -3,7 +3,8 @@
 One listener thread per coordinator holds a connection LISTENing on the ``dbworker``
 channel. Payloads are ``<table> <key>`` (sent for every inserted or updated row by the
 opt-in trigger that ``install_triggers`` puts on the application's source tables; the key
-as PostgreSQL writes it as text), a bare table name (the statement trigger of earlier
+as PostgreSQL writes it as text; also sent by a coordinator for the items it gives back,
+which other pods' sweeps may have passed), a bare table name (the statement trigger of earlier
 releases), or ``done:<worker> <key>`` (sent when an item of a worker that others wait for
 ended, so dependent workers of other coordinators claim at once, by key if their sweep
 passed it; ``done:<worker>`` alone when the key has no text form or very many ended).
@@ -11,7 +12,6 @@ passed it; ``done:<worker>`` alone when the key has no text form or very many en
 
 from __future__ import annotations
 
-import logging
 import os
 import select
 import threading
@@ -20,12 +20,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Engine
 
-from dbworker import redact
-from dbworker.backoff import Backoff
-
-log = logging.getLogger("dbworker")
+from dbworker import own_connection
 
 CHANNEL = "dbworker"
 DONE = "done"  # + ":<worker>"; a bare "done" (any worker) is still understood
@@ -95,6 +93,20 @@ def install_triggers(conn: sa.Connection, tables: Iterable[sa.Table]) -> list[st
     return done
 
 
+def announce_rows(conn: sa.Connection, table: str, keys: Iterable[Any]) -> None:
+    """Notify ``<table> <key>`` for each key with a text form, as the trigger does; commits.
+
+    For items given back: claimable again at once, but maybe behind other pods' sweeps.
+    """
+    payloads = [f"{table} {text}" for text in map(key_text, keys) if text is not None]
+    if conn.dialect.name != "postgresql" or not payloads:
+        return
+    send = sa.text("SELECT pg_notify(:channel, payload) FROM unnest(CAST(:payloads AS TEXT[])) AS payload")
+    conn.execute(send.bindparams(sa.bindparam("payloads", type_=postgresql.ARRAY(sa.Text()))),
+                 {"channel": CHANNEL, "payloads": payloads})  # fmt: skip
+    conn.commit()
+
+
 def done_payloads(ended: dict[str, set[str] | None]) -> list[str]:
     """``done:<worker> <key>`` for each ended item named, ``done:<worker>`` when unnamed."""
     payloads: list[str] = []
@@ -151,30 +163,14 @@ class Listener:
             pass  # a wake-up is pending already, or we are closing
 
     def _run(self) -> None:
-        errors = Backoff(0.2, 10.0, jitter=0.5)
-        while not self._stop.is_set():
-            raw: Any = None
-            try:
-                raw = self._engine.raw_connection()
-                conn = raw.driver_connection
-                raw.detach()  # a LISTENing connection never goes back to the pool
-                conn.autocommit = True
-                conn.execute(f"LISTEN {CHANNEL}")
-                errors.reset()
-                self._listen(conn)
-            except Exception as exc:  # noqa: BLE001 - polling covers the gap; retried
-                log.warning("dbworker: notification listener error: %s", redact.describe(exc, self._secrets))
-                self._stop.wait(errors.next())
-            finally:
-                if raw is not None:
-                    try:
-                        raw.close()
-                    except Exception:  # noqa: BLE001
-                        pass
+        own_connection.serve(self._engine, self._listen, stop=self._stop, what="notification listener",
+                             secrets=self._secrets)  # fmt: skip
         os.close(self._wake_r)
         os.close(self._wake_w)
 
     def _listen(self, conn: Any) -> None:
+        conn.autocommit = True
+        conn.execute(f"LISTEN {CHANNEL}")
         # Sleep in select() on the connection's socket and a self-pipe for announcements:
         # an idle coordinator costs no CPU here, and notifications act at once.
         own = conn.info.backend_pid

@@ -269,8 +269,7 @@ class WorkerLoop:
         with self._queue_lock:
             queued = list(self._queue)
             self._queue.clear()
-        for claim in queued:
-            self._give_back(claim)
+        self._give_back(*queued)
 
     def _loop(self) -> None:
         settings = self._settings
@@ -481,13 +480,27 @@ class WorkerLoop:
         self._observer.active(name, running=len(self.pool.busy_claims()))
         return False
 
-    def _give_back(self, claim: claims.Claim) -> None:
-        self._claimable_again(claim.source_id)
-        try:
-            with connect(self.engine) as conn:
-                claims.release(conn, self.worker.table, claim)
-        except Exception as exc:
-            self._db_error("complete", exc)
+    def _give_back(self, *given: claims.Claim) -> None:
+        """Release claims so any process may take them now, and say so (PostgreSQL).
+
+        Other pods' sweeps may have passed these items: the notification has them claimed
+        by key at once instead of at the sweeps' next wraps.
+        """
+        released = []
+        for claim in given:
+            self._claimable_again(claim.source_id)
+            try:
+                with connect(self.engine) as conn:
+                    if claims.release(conn, self.worker.table, claim):
+                        released.append(claim.source_id)
+            except Exception as exc:
+                self._db_error("complete", exc)
+        if released:
+            try:
+                with connect(self.engine) as conn:
+                    notify.announce_rows(conn, self.worker.key.table.name, released)
+            except Exception as exc:
+                self._db_error("complete", exc)
 
     def _db_error(self, operation: str, exc: BaseException) -> None:
         log.warning(

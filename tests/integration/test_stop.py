@@ -6,6 +6,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from sqlalchemy.orm import Session
 
 from dbworker import ExecutionStatus
@@ -81,3 +82,22 @@ def test_stop_before_start_and_twice_is_harmless(app: App) -> None:
     c.stop(timeout=5)
     with Session(app.db.engine) as s:
         assert c.workers["items"].counts(s)[ExecutionStatus.WORKING] == 0
+
+
+def test_an_item_given_back_is_taken_at_once_by_a_pod_whose_sweep_passed_it(app: App, tmp_path: Path) -> None:
+    if app.db.backend != "postgresql":
+        pytest.skip("LISTEN/NOTIFY exists on PostgreSQL only; other servers poll")
+    go = tmp_path / "go"
+    stopping = app.coordinator(concurrency=1)
+    [given] = app.add(f"wait:{go}")
+    stopping.start()
+    wait_until(lambda: app.started(given), what="the first pod's handler to start")
+    # The other pod polls and wraps only every 120 s; its first sweep passes `given` (claimed
+    # by the first pod) and takes `later`, so its cursor stands beyond `given`.
+    other = app.coordinator(concurrency=1, poll_seconds=120, max_poll_seconds=120)
+    [later] = app.add("finish")
+    other.start()
+    app.wait_status([later])
+    stopping.stop(timeout=0.5)  # ends the handler and gives `given` back
+    go.touch()
+    app.wait_status([given], (ExecutionStatus.FINISHED,), timeout=60)
