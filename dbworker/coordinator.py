@@ -358,10 +358,13 @@ class Coordinator:
             worker, _, ended_key = payload[len(notify.DONE) + 1 :].partition(" ")
             self._wake_waiters(worker, key=ended_key or None)
         else:  # a source table changed (a row of it, if the payload names its key)
+            again = payload.startswith(notify.AGAIN + ":")
+            if again:  # ... an item of it is claimable again
+                payload = payload[len(notify.AGAIN) + 1 :]
             for loop in self._loops:
                 changed, key = notify.source_change(payload, loop.worker.key.table.name)
                 if changed:
-                    loop.wake(key)
+                    loop.wake(key, again=again)
 
     def _wake_all(self) -> None:
         for loop in self._loops:

@@ -3,8 +3,9 @@
 One listener thread per coordinator holds a connection LISTENing on the ``dbworker``
 channel. Payloads are ``<table> <key>`` (sent for every inserted or updated row by the
 opt-in trigger that ``install_triggers`` puts on the application's source tables; the key
-as PostgreSQL writes it as text; also sent by a coordinator for the items it gives back,
-which other pods' sweeps may have passed), a bare table name (the statement trigger of earlier
+as PostgreSQL writes it as text), ``again:<table> <key>`` (an item made claimable again:
+given back by a coordinator, or reset after it failed; other pods' sweeps may have passed
+it, and unlike a row change it is never the item's own handler writing), a bare table name (the statement trigger of earlier
 releases), or ``done:<worker> <key>`` (sent when an item of a worker that others wait for
 ended, so dependent workers of other coordinators claim at once, by key if their sweep
 passed it; ``done:<worker>`` alone when the key has no text form or very many ended).
@@ -27,10 +28,14 @@ from dbworker import own_connection
 
 CHANNEL = "dbworker"
 DONE = "done"  # + ":<worker>"; a bare "done" (any worker) is still understood
+AGAIN = "again"  # + ":<table> <key>"
 FUNCTION = "dbworker_notify"  # + "_<table>": one per source table, with its key column built in
 TRIGGER = "dbworker_notify"
 _IDLE_CHECK_SECONDS = 5.0  # an idle listener still looks at its stop flag this often
 MAX_ANNOUNCED_KEYS = 64  # per worker and batch; more are announced as "done:<worker>" alone
+# Rows a claim loop takes by key at once; more named between two claims make it sweep from
+# the start instead (so announcing more than one past this changes nothing).
+MAX_NAMED_ROWS = 64
 
 
 def trigger_statements(conn: sa.Connection, table: sa.Table) -> list[str]:
@@ -94,17 +99,18 @@ def install_triggers(conn: sa.Connection, tables: Iterable[sa.Table]) -> list[st
 
 
 def announce_rows(conn: sa.Connection, table: str, keys: Iterable[Any]) -> None:
-    """Notify ``<table> <key>`` for each key with a text form, as the trigger does; commits.
+    """Notify ``again:<table> <key>`` for each key with a text form (PostgreSQL).
 
-    For items given back: claimable again at once, but maybe behind other pods' sweeps.
+    For items claimable again (given back, failed items reset) that other pods' sweeps may
+    have passed. Sent with ``conn``'s transaction, when the caller commits it.
     """
-    payloads = [f"{table} {text}" for text in map(key_text, keys) if text is not None]
+    texts = (text for text in map(key_text, keys) if text is not None)
+    payloads = [f"{AGAIN}:{table} {text}" for text, _ in zip(texts, range(MAX_NAMED_ROWS + 1), strict=False)]
     if conn.dialect.name != "postgresql" or not payloads:
         return
     send = sa.text("SELECT pg_notify(:channel, payload) FROM unnest(CAST(:payloads AS TEXT[])) AS payload")
     conn.execute(send.bindparams(sa.bindparam("payloads", type_=postgresql.ARRAY(sa.Text()))),
                  {"channel": CHANNEL, "payloads": payloads})  # fmt: skip
-    conn.commit()
 
 
 def done_payloads(ended: dict[str, set[str] | None]) -> list[str]:

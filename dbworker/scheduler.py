@@ -38,10 +38,6 @@ PREFETCH_MAX_PER_SLOT = 16
 # least this many times as long as the last took, so wraps cost at most about 1% of the
 # time whatever the history (100,000 finished items: ~0.1 s on PostgreSQL here).
 WRAP_SPACING = 100
-# Rows named by notifications (or our own items claimable again) are claimed by key, up to
-# this many per claim; more at once (a bulk insert or update) make the loop sweep from the
-# start instead.
-MAX_CHANGED_KEYS = 64
 # Keys of items this loop saw end recently: a notification for one of them is most likely
 # its handler's own write to its row, which needs no claim.
 RECENT_ENDED = 1024
@@ -124,7 +120,8 @@ class WorkerLoop:
         # again. On PostgreSQL their keys' text form (what notifications carry), else values.
         self._changed: set[Any] = set()
         self._keys_as_text = engine.dialect.name == "postgresql"
-        self._changed_many = False  # ... more than MAX_CHANGED_KEYS of them: sweep instead
+        self._changed_many = False  # ... more than notify.MAX_NAMED_ROWS of them: sweep instead
+        self._again: set[Any] = set()  # ... of items made claimable again (not handlers' own writes)
         self._ended: collections.deque[str] = collections.deque(maxlen=RECENT_ENDED)
         self._ended_set: set[str] = set()
         self._mean_seconds: float | None = None
@@ -144,18 +141,24 @@ class WorkerLoop:
         self._waker.wake()
         return n
 
-    def wake(self, key: str | None = None) -> None:
-        """Claim now instead of at the end of the current poll wait; ``key``: a source row that changed."""
+    def wake(self, key: str | None = None, *, again: bool = False) -> None:
+        """Claim now instead of at the end of the current poll wait.
+
+        ``key``: a source row that changed; ``again``: its item was made claimable again (given
+        back, or reset after it failed), even if it ended here just now.
+        """
         if key is not None:
-            self._name(key)
+            self._name(key, again=again)
         self._claim_now = True
         self._waker.wake()
 
-    def _name(self, key: Any) -> None:
+    def _name(self, key: Any, *, again: bool = False) -> None:
         """Have the next claim take ``key``'s row by key (in ``claims.claim``'s form of keys)."""
         with self._queue_lock:
-            if len(self._changed) < MAX_CHANGED_KEYS:
+            if len(self._changed) < notify.MAX_NAMED_ROWS:
                 self._changed.add(key)
+                if again:
+                    self._again.add(key)
             else:
                 self._changed_many = True
 
@@ -173,8 +176,7 @@ class WorkerLoop:
         if key is None:
             self._cursor = None  # no text form to name it by: the next claim sweeps from the start
             return
-        self._ended_set.discard(key)  # reset after it failed: not a handler's own write now
-        self._name(key)
+        self._name(key, again=True)
 
     def _take_changed(self) -> list[Any]:
         """Changed rows the sweep would not reach before its next wrap: to claim by key now.
@@ -183,14 +185,14 @@ class WorkerLoop:
         costs nothing extra). Too many changes at once make this claim sweep from the start.
         """
         with self._queue_lock:
-            keys, many = sorted(self._changed), self._changed_many
-            self._changed, self._changed_many = set(), False
+            keys, many, again = sorted(self._changed), self._changed_many, self._again
+            self._changed, self._changed_many, self._again = set(), False, set()
         if many:
             self._cursor = None
         cursor = self._cursor
         if cursor is None:
             return []  # this claim sweeps from the start: it reaches every row
-        keys = [k for k in keys if k not in self._ended_set]
+        keys = [k for k in keys if k in again or k not in self._ended_set]
         if isinstance(cursor, int) and not isinstance(cursor, bool):
             return [k for k in keys if not (notify.int_past(k, cursor) if isinstance(k, str) else k > cursor)]
         return keys
@@ -372,7 +374,7 @@ class WorkerLoop:
                 # After the rounds, so no item waits for this lookup: what it finds is
                 # claimed by key at once, in the next claim.
                 self._expired_at = now + self._settings.max_poll_seconds
-                expired = claims.expired(conn, w.table, MAX_CHANGED_KEYS)
+                expired = claims.expired(conn, w.table, notify.MAX_NAMED_ROWS)
                 for source_id in expired:
                     self._claimable_again(source_id)
                 if expired:
@@ -499,6 +501,7 @@ class WorkerLoop:
             try:
                 with connect(self.engine) as conn:
                     notify.announce_rows(conn, self.worker.key.table.name, released)
+                    conn.commit()
             except Exception as exc:
                 self._db_error("complete", exc)
 

@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from dbworker import status, tables
+from dbworker import notify, status, tables
 from dbworker.contract import Eligible, ExecutionStatus, Handler
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
@@ -82,7 +82,7 @@ class WorkerView:
 
     def _reset(self, session: Session, which: sa.ColumnElement[bool]) -> int:
         w = self._w.table.c
-        result = session.execute(
+        reset = (
             sa.update(self._w.table)
             .where(which, w.execution_status == ExecutionStatus.FAILED.value)
             .values(
@@ -92,7 +92,14 @@ class WorkerView:
                 lease_expires_at=None,
             )
         )
-        return int(getattr(result, "rowcount", 0))
+        conn = session.connection(bind_arguments={"clause": reset})
+        if conn.dialect.name != "postgresql":
+            return int(getattr(conn.execute(reset), "rowcount", 0))
+        # Announced with the caller's commit, so pods whose claim sweep passed these items
+        # claim them at once instead of at the sweep's next wrap.
+        keys = conn.execute(reset.returning(w.source_id)).scalars().all()
+        notify.announce_rows(conn, self._w.key.table.name, keys)
+        return len(keys)
 
     def counts(self, session: Session) -> dict[ExecutionStatus, int]:
         """How many items are in each status."""

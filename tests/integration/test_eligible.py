@@ -315,3 +315,20 @@ def test_an_expired_claim_behind_the_cursor_is_taken_over_between_spaced_out_wra
     c.start()
     app.wait_status([later])  # the cursor is now past `dead`
     app.wait_status([dead], (ExecutionStatus.FINISHED,), timeout=60)
+
+
+def test_a_failed_item_reset_behind_the_sweep_is_claimed_at_once(app: App) -> None:
+    """PostgreSQL: reset_failed announces the item with the caller's commit, no trigger needed."""
+    if app.db.backend != "postgresql":
+        pytest.skip("LISTEN/NOTIFY exists on PostgreSQL only; other servers poll")
+    # Polls and wraps only every 120 s: only the announcement can find the item in time.
+    c = app.coordinator(poll_seconds=120, max_poll_seconds=120)
+    [bad, good] = app.add("fail", "finish")
+    c.start()
+    app.wait_status([bad, good])  # the sweep's cursor is past both
+    assert app.status(bad) is ExecutionStatus.FAILED
+    with Session(app.db.engine) as s:
+        s.get(basic.Item, bad).action = "finish"  # type: ignore[union-attr]
+        assert c.workers["items"].reset_failed(s, bad)
+        s.commit()
+    app.wait_status([bad], (ExecutionStatus.FINISHED,), timeout=60)
