@@ -120,7 +120,6 @@ class Coordinator:
         self._listener: notify.Listener | None = None
         self._watcher: sqlite_wake.DataVersionWatcher | None = None
         self._engine: Engine | None = None
-        self._keyed = False  # claims by key (of notified or ended rows): PostgreSQL only
 
     # --- settings ------------------------------------------------------------------------
     @property
@@ -286,7 +285,6 @@ class Coordinator:
             configs = {w.name: self._child_config(w) for w in selected}
             self._started = True
         engine = self.engine
-        self._keyed = engine.dialect.name == "postgresql"
         if engine.dialect.name == "sqlite":
             _sqlite_wal(engine)
         # Every registered worker counts, started here or not: other pods start the others.
@@ -386,8 +384,8 @@ class Coordinator:
             if loop.worker.name in waiting and loop.worker.name != skip:
                 # The same key of the same source table is the row a waiter most likely waits
                 # on (has_execution_status(source_id=Model.id)): claimed by key if the sweep
-                # passed it. By key only on PostgreSQL (notified keys are its text forms).
-                same = key is not None and loop.worker.key.table is table and self._keyed
+                # passed it (the loop takes keys in their text form on PostgreSQL only).
+                same = key is not None and loop.worker.key.table is table
                 loop.wake(key if same else None)
 
     def stop(self, timeout: float | None = None) -> None:

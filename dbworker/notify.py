@@ -5,8 +5,8 @@ channel. Payloads are ``<table> <key>`` (sent for every inserted or updated row 
 opt-in trigger that ``install_triggers`` puts on the application's source tables; the key
 as PostgreSQL writes it as text), ``again:<table> <key>`` (an item made claimable again:
 given back by a coordinator, or reset after it failed; other pods' sweeps may have passed
-it, and unlike a row change it is never the item's own handler writing), a bare table name (the statement trigger of earlier
-releases), or ``done:<worker> <key>`` (sent when an item of a worker that others wait for
+it, and unlike a row change it is never the item's own handler writing), a bare table
+name (the statement trigger of earlier releases), or ``done:<worker> <key>`` (sent when an item of a worker that others wait for
 ended, so dependent workers of other coordinators claim at once, by key if their sweep
 passed it; ``done:<worker>`` alone when the key has no text form or very many ended).
 """
@@ -104,9 +104,11 @@ def announce_rows(conn: sa.Connection, table: str, keys: Iterable[Any]) -> None:
     For items claimable again (given back, failed items reset) that other pods' sweeps may
     have passed. Sent with ``conn``'s transaction, when the caller commits it.
     """
+    if conn.dialect.name != "postgresql":
+        return
     texts = (text for text in map(key_text, keys) if text is not None)
     payloads = [f"{AGAIN}:{table} {text}" for text, _ in zip(texts, range(MAX_NAMED_ROWS + 1), strict=False)]
-    if conn.dialect.name != "postgresql" or not payloads:
+    if not payloads:
         return
     send = sa.text("SELECT pg_notify(:channel, payload) FROM unnest(CAST(:payloads AS TEXT[])) AS payload")
     conn.execute(send.bindparams(sa.bindparam("payloads", type_=postgresql.ARRAY(sa.Text()))),

@@ -144,10 +144,11 @@ class WorkerLoop:
     def wake(self, key: str | None = None, *, again: bool = False) -> None:
         """Claim now instead of at the end of the current poll wait.
 
-        ``key``: a source row that changed; ``again``: its item was made claimable again (given
-        back, or reset after it failed), even if it ended here just now.
+        ``key``: a source row that changed, as text (PostgreSQL, where claims take rows by
+        that form; elsewhere the loop sweeps instead); ``again``: its item was made claimable
+        again (given back, or reset after it failed), even if it ended here just now.
         """
-        if key is not None:
+        if key is not None and self._keys_as_text:
             self._name(key, again=again)
         self._claim_now = True
         self._waker.wake()
@@ -511,5 +512,3 @@ class WorkerLoop:
             self.worker.name, operation, redact.describe(exc, self._secrets),
         )
         self._observer.db_error(self.worker.name, operation=operation, error=exc)
-
-
