@@ -122,6 +122,11 @@ class WorkerLoop:
         self._keys_as_text = engine.dialect.name == "postgresql"
         self._changed_many = False  # ... more than notify.MAX_NAMED_ROWS of them: sweep instead
         self._again: set[Any] = set()  # ... of items made claimable again (not handlers' own writes)
+        # A wake-up that named no row (SQLite's commit watcher, a dependency on another row,
+        # any wake-up off PostgreSQL): what changed may lie behind the cursor (see _claim).
+        self._unnamed = False
+        self._wrap_allowed_at = 0.0  # ... when such a wake-up may wrap (see WRAP_SPACING)
+        self._wrap_owed_at: float | None = None  # ... a wrap one could not have yet, due then
         self._ended: collections.deque[str] = collections.deque(maxlen=RECENT_ENDED)
         self._ended_set: set[str] = set()
         self._mean_seconds: float | None = None
@@ -150,6 +155,12 @@ class WorkerLoop:
         """
         if key is not None and self._keys_as_text:
             self._name(key, again=again)
+        else:
+            with self._queue_lock:
+                self._unnamed = True
+        self._claim_now_please()
+
+    def _claim_now_please(self) -> None:
         self._claim_now = True
         self._waker.wake()
 
@@ -179,24 +190,25 @@ class WorkerLoop:
             return
         self._name(key, again=True)
 
-    def _take_changed(self) -> list[Any]:
-        """Changed rows the sweep would not reach before its next wrap: to claim by key now.
+    def _take_changed(self) -> tuple[list[Any], bool]:
+        """Changed rows the sweep would not reach before its next wrap: to claim by key now;
+        and whether a wake-up came that named no row.
 
         Rows past the cursor are left to the sweep (the usual insert of a new, higher key
         costs nothing extra). Too many changes at once make this claim sweep from the start.
         """
         with self._queue_lock:
-            keys, many, again = sorted(self._changed), self._changed_many, self._again
-            self._changed, self._changed_many, self._again = set(), False, set()
+            keys, many, again, unnamed = sorted(self._changed), self._changed_many, self._again, self._unnamed
+            self._changed, self._changed_many, self._again, self._unnamed = set(), False, set(), False
         if many:
             self._cursor = None
         cursor = self._cursor
         if cursor is None:
-            return []  # this claim sweeps from the start: it reaches every row
+            return [], False  # this claim sweeps from the start: it reaches every row
         keys = [k for k in keys if k in again or k not in self._ended_set]
         if isinstance(cursor, int) and not isinstance(cursor, bool):
-            return [k for k in keys if not (notify.int_past(k, cursor) if isinstance(k, str) else k > cursor)]
-        return keys
+            keys = [k for k in keys if not (notify.int_past(k, cursor) if isinstance(k, str) else k > cursor)]
+        return keys, unnamed
 
     def _note_ended(self, source_id: Any) -> None:
         key = notify.key_text(source_id)
@@ -334,6 +346,8 @@ class WorkerLoop:
                     wait = poll.next() if timed or last_wait is None else last_wait
                     last_wait = wait
                     next_claim, timed = last_trip + wait, True
+                    if self._wrap_owed_at is not None:
+                        next_claim = min(next_claim, self._wrap_owed_at)
             elif now - last_trip >= settings.max_poll_seconds:
                 # No claim is due (all slots busy, or draining): keep the heartbeat honest.
                 try:
@@ -349,28 +363,28 @@ class WorkerLoop:
         w = self.worker
         start = time.perf_counter()
         now = time.monotonic()
-        if now >= self._wrap_at:
+        if now >= self._wrap_at or (self._wrap_owed_at is not None and now >= self._wrap_owed_at):
             self._cursor = None  # sweep from the start now and then (see WRAP_SPACING): lower keys may be ready again
         taken: list[claims.Claim] = []
         with connect(self.engine) as conn:
-            changed = self._take_changed()
-            wrap = self._cursor is None
+            changed, unnamed = self._take_changed()
+            wrapped = self._cursor is None
             if changed:
                 # Rows named (by notifications, or our own items claimable again) behind the
                 # sweep: claimed by key, and handed out before the sweep's own round trip.
                 taken += self._round(conn, limit, changed).taken
                 self._enqueue(taken)
             if len(taken) < limit:
-                rnd = self._round(conn, limit - len(taken))
-                if rnd.swept and rnd.last_key is not None:
-                    self._cursor = rnd.last_key
-                elif rnd.swept and wrap:
-                    # Nothing claimable in the whole source: the next claims start at its top
-                    # instead of walking it all again. A row committed meanwhile below the top
-                    # waits for the next wrap, unless a notification names it.
-                    self._cursor = claims.top_key(conn, self.worker.key)
-                taken += rnd.taken
-                self._enqueue(rnd.taken)
+                taken += self._sweep(conn, limit - len(taken))
+            if unnamed and not wrapped and len(taken) < limit and self._cursor is not None:
+                # A wake-up that did not say which row changed, and too little past the
+                # cursor to explain it: the row may lie behind the cursor (enabled there, or
+                # waiting on an item that just ended). Wrap now, or as soon as its cost allows.
+                if now >= self._wrap_allowed_at:
+                    self._cursor = None
+                    taken += self._sweep(conn, limit - len(taken))
+                elif self._wrap_owed_at is None:
+                    self._wrap_owed_at = self._wrap_allowed_at
             if self._cursor is not None and now >= self._expired_at:
                 # After the rounds, so no item waits for this lookup: what it finds is
                 # claimed by key at once, in the next claim.
@@ -379,7 +393,7 @@ class WorkerLoop:
                 for source_id in expired:
                     self._claimable_again(source_id)
                 if expired:
-                    self.wake()
+                    self._claim_now_please()
         seconds = time.perf_counter() - start
         taken_over = [c for c in taken if c.taken_over]
         for c in taken_over:
@@ -397,6 +411,20 @@ class WorkerLoop:
                 self._queue.extend(taken)
             self._dispatch()
 
+    def _sweep(self, conn: Connection, limit: int) -> list[claims.Claim]:
+        """The sweep's next round, from the cursor (None: from the start); moves the cursor."""
+        wrap = self._cursor is None
+        rnd = self._round(conn, limit)
+        if rnd.swept and rnd.last_key is not None:
+            self._cursor = rnd.last_key
+        elif rnd.swept and wrap:
+            # Nothing claimable in the whole source: the next claims start at its top
+            # instead of walking it all again. A row committed meanwhile below the top
+            # waits for the next wrap, unless a wake-up names it or looks behind the cursor.
+            self._cursor = claims.top_key(conn, self.worker.key)
+        self._enqueue(rnd.taken)
+        return rnd.taken
+
     def _round(self, conn: Connection, limit: int, keys: list[Any] | None = None) -> claims.Round:
         """One claim round trip: of the rows named by ``keys``, else the sweep's next rows."""
         start = time.monotonic()
@@ -412,7 +440,9 @@ class WorkerLoop:
         )
         if keys is None and self._cursor is None:
             now = time.monotonic()
-            self._wrap_at = now + max(self._settings.max_poll_seconds, WRAP_SPACING * (now - start))
+            self._wrap_allowed_at = now + WRAP_SPACING * (now - start)
+            self._wrap_owed_at = None
+            self._wrap_at = max(self._wrap_allowed_at, now + self._settings.max_poll_seconds)
             self._expired_at = now + self._settings.max_poll_seconds  # this wrap saw them
         return rnd
 

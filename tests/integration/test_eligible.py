@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 import uuid
 from typing import Any
@@ -10,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from dbworker import ExecutionStatus, claims, dialects
+from dbworker import ExecutionStatus, claims, dialects, sqlite_wake
 from dbworker.observe import Observer
 from tests.apps import basic
 from tests.helpers import wait_until
@@ -123,6 +124,23 @@ def test_a_new_row_wakes_workers_without_polling(app: App) -> None:
     app.wait_status([i], (ExecutionStatus.FINISHED,), timeout=60)
 
 
+def test_sqlite_commits_are_seen_through_file_events(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite on Linux: the commit watcher sleeps until the kernel reports a write to the
+    database's files, instead of reading data_version every few tens of milliseconds."""
+    if app.db.backend != "sqlite" or not sys.platform.startswith("linux"):
+        pytest.skip("inotify watches SQLite's files on Linux")
+    # The watcher's own readings every 120 s, polls too: only a file event is in time.
+    for setting in ("FIRST_INTERVAL", "MAX_INTERVAL", "EVENTS_FALLBACK_SECONDS"):
+        monkeypatch.setattr(sqlite_wake, setting, 120.0)
+    c = app.coordinator(poll_seconds=120, max_poll_seconds=120)
+    polls = EmptyPolls()
+    c.add_observer(polls)
+    c.start()
+    wait_until(lambda: polls.seen, what="the first, empty poll")
+    [i] = app.add("finish")
+    app.wait_status([i], (ExecutionStatus.FINISHED,), timeout=60)
+
+
 def _ready_in_no_order() -> sa.Select[Any]:
     # No ORDER BY: claimed by a key-order sweep whose cursor passes rows that are not ready.
     return sa.select(basic.Item).where(basic.Item.ready.is_(True))
@@ -130,16 +148,18 @@ def _ready_in_no_order() -> sa.Select[Any]:
 
 @pytest.mark.parametrize("enabled", [1, 100], ids=["one-row", "bulk-update"])
 def test_rows_enabled_behind_the_sweep_are_claimed_at_once(app: App, enabled: int) -> None:
-    """PostgreSQL: a row made eligible below the sweep's cursor wakes its worker, not the next wrap.
+    """A row made eligible below the sweep's cursor is claimed at its wake-up, not the next wrap.
 
-    The notification names the row; more than the loop takes by key at once (a bulk
-    update) makes it sweep from the start instead.
+    PostgreSQL: the notification names the row; more than the loop takes by key at once (a
+    bulk update) makes it sweep from the start instead. SQLite: the commit watcher's wake-up
+    names no row and the sweep past the cursor finds nothing, so it looks behind the cursor.
     """
-    if app.db.backend != "postgresql":
-        pytest.skip("LISTEN/NOTIFY exists on PostgreSQL only; other servers poll")
-    # Polls and wraps only every 120 s: only a notification can find the rows in time.
+    if app.db.backend not in ("postgresql", "sqlite"):
+        pytest.skip("MySQL/MariaDB have no wake-up: they are polled")
+    # Polls and wraps only every 120 s: only a wake-up can find the rows in time.
     c = app.coordinator(eligible=_ready_in_no_order, poll_seconds=120, max_poll_seconds=120)
-    c.install_notify_triggers()
+    if app.db.backend == "postgresql":
+        c.install_notify_triggers()
     waiting = app.add(*["finish"] * enabled, ready=False)
     c.start()
     [ahead] = app.add("finish")  # a higher key: the sweep's cursor passes the waiting rows
@@ -194,12 +214,13 @@ def test_dependent_worker_of_another_coordinator_wakes_when_the_item_it_waits_fo
 
 @pytest.mark.parametrize("where", ["same-coordinator", "other-coordinator"])
 def test_a_dependent_row_behind_the_sweep_is_claimed_when_what_it_waits_for_ends(app: App, where: str) -> None:
-    """PostgreSQL: items that end out of key order still wake their dependents at once.
+    """Items that end out of key order still wake their dependents at once.
 
     "items" ends the higher key first, so "second" claims it and its sweep's cursor passes
-    the lower key; when that one ends, the wake-up names it and "second" claims it by key.
+    the lower key; when that one ends, the wake-up names it and "second" claims it by key
+    (PostgreSQL), or the wake-up names nothing and "second" looks behind its cursor.
     """
-    if app.db.backend != "postgresql":
+    if where == "other-coordinator" and app.db.backend != "postgresql":
         pytest.skip("LISTEN/NOTIFY exists on PostgreSQL only; other servers poll")
     # Polls and wraps only every 120 s: only a wake-up naming the row finds it in time.
     slow_poll = {"poll_seconds": 120, "max_poll_seconds": 120}
@@ -291,6 +312,23 @@ def test_a_slow_wrap_is_spaced_out(app: App, monkeypatch: pytest.MonkeyPatch) ->
     app.add("finish", ready=False)
     c.start()
     wait_until(lambda: rounds.all >= 8, what="eight polls")
+    assert rounds.from_start == 1
+
+
+def test_wake_ups_that_name_no_row_wrap_only_as_often_as_a_wrap_costs(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A wake-up that names no row and finds nothing past the cursor looks behind it (the
+    # tests above), but a wrap that took 0.3 s (a long history) allows the next in 30 s only.
+    rounds = Rounds(monkeypatch, slow_from_start=0.3)
+    c = app.coordinator(eligible=_ready_in_no_order, poll_seconds=120, max_poll_seconds=120)
+    app.add("finish", ready=False)
+    c.start()
+    wait_until(lambda: rounds.all >= 1, what="the first claim")
+    [loop] = c._loops
+    for n in range(2, 7):
+        loop.wake()
+        wait_until(lambda n=n: rounds.all >= n, what=f"claim {n}")
     assert rounds.from_start == 1
 
 
