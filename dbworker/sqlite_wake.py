@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,13 +26,16 @@ from dbworker.file_events import DirectoryWrites
 
 FIRST_INTERVAL = 0.02  # without file events, while commits come: pick-up within ~20 ms
 MAX_INTERVAL = 0.05  # ... idle: twenty reads a second, about 0.4% of a core here
-# With file events: a commit writes its file a moment before it is visible, so a write
-# seen without a new version is looked at again this often, this many times.
-SETTLE_SECONDS = 0.001
-SETTLE_CHECKS = 20
-# ... and after a wake-up the next waits this long: a burst of commits wakes the loops
-# about 500 times a second at most.
-WAKE_GAP_SECONDS = 0.002
+# With file events: the step that makes a commit visible (an index in shared memory) is
+# not reported; it comes after the commit's writes (and maybe an fsync), and a WAL restart
+# changes the version before the commit does. So after a write the thread looks again,
+# after 1 ms doubling to 20 ms, until nothing changed or was written for 0.2 s; writes
+# meanwhile start that over. Looks are 1 ms apart at least; after a wake-up the next look
+# waits 2 ms, doubling to FIRST_INTERVAL while commits keep coming (a drain needs no
+# wake-ups: its ending items have the loops claim), so a burst costs what polling did.
+SETTLE_FIRST = 0.001
+SETTLE_MAX = 0.02
+SETTLE_QUIET = 0.2
 EVENTS_FALLBACK_SECONDS = 1.0  # a write the kernel did not report (never seen) costs this much
 
 
@@ -92,12 +96,19 @@ class DataVersionWatcher:
             if not files.wait(EVENTS_FALLBACK_SECONDS):
                 self._changed(conn)
                 continue
-            for _ in range(SETTLE_CHECKS):
+            settle = Backoff(SETTLE_FIRST, SETTLE_MAX)
+            wakes = Backoff(FIRST_INTERVAL / 10, FIRST_INTERVAL)
+            quiet_until = time.monotonic() + SETTLE_QUIET
+            while time.monotonic() < quiet_until:
+                gap = SETTLE_FIRST
                 if self._changed(conn):
-                    self._stop.wait(WAKE_GAP_SECONDS)
-                    break
-                if self._stop.wait(SETTLE_SECONDS):
+                    quiet_until = time.monotonic() + SETTLE_QUIET
+                    gap = wakes.next()
+                if self._stop.wait(gap):
                     return
+                if files.wait(max(0.0, settle.next() - gap)):
+                    settle.reset()
+                    quiet_until = time.monotonic() + SETTLE_QUIET
 
 
 def _database_writes(database: str | None) -> DirectoryWrites | None:
