@@ -31,11 +31,13 @@ MAX_INTERVAL = 0.05  # ... idle: twenty reads a second, about 0.4% of a core her
 # changes the version before the commit does. So after a write the thread looks again,
 # after 1 ms doubling to 20 ms, until nothing changed or was written for 0.2 s; writes
 # meanwhile start that over. Looks are 1 ms apart at least; after a wake-up the next look
-# waits 2 ms, doubling to FIRST_INTERVAL while commits keep coming (a drain needs no
-# wake-ups: its ending items have the loops claim), so a burst costs what polling did.
+# waits 2 ms, doubling to 20 ms while every look finds a change (a drain needs no wake-ups:
+# its ending items have the loops claim), so a burst costs what polling did.
 SETTLE_FIRST = 0.001
 SETTLE_MAX = 0.02
 SETTLE_QUIET = 0.2
+WAKE_GAP_FIRST = 0.002
+WAKE_GAP_MAX = 0.02
 EVENTS_FALLBACK_SECONDS = 1.0  # a write the kernel did not report (never seen) costs this much
 
 
@@ -97,13 +99,15 @@ class DataVersionWatcher:
                 self._changed(conn)
                 continue
             settle = Backoff(SETTLE_FIRST, SETTLE_MAX)
-            wakes = Backoff(FIRST_INTERVAL / 10, FIRST_INTERVAL)
+            wakes = Backoff(WAKE_GAP_FIRST, WAKE_GAP_MAX)
             quiet_until = time.monotonic() + SETTLE_QUIET
             while time.monotonic() < quiet_until:
                 gap = SETTLE_FIRST
                 if self._changed(conn):
                     quiet_until = time.monotonic() + SETTLE_QUIET
                     gap = wakes.next()
+                else:
+                    wakes.reset()
                 if self._stop.wait(gap):
                     return
                 if files.wait(max(0.0, settle.next() - gap)):
