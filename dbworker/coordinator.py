@@ -243,10 +243,11 @@ class Coordinator:
         """PostgreSQL: put the wake-up trigger on every worker's source table (opt-in).
 
         With it, a committed insert or update of a source row wakes the workers at once
-        (LISTEN/NOTIFY) instead of at their next poll, naming the row, so one that became
-        eligible behind the claim sweep is claimed by key. Idempotent (and replaces the
-        trigger of earlier releases); a no-op elsewhere. Remove with
-        ``DROP TRIGGER dbworker_notify ON <table>`` and ``DROP FUNCTION dbworker_notify_<table>()``.
+        (LISTEN/NOTIFY) instead of at their next poll, naming the rows (one notification per
+        statement), so one that became eligible behind the claim sweep is claimed by key.
+        Idempotent (and replaces the trigger of earlier releases); a no-op elsewhere. Remove
+        with ``DROP TRIGGER dbworker_notify ON <table>``, ``DROP TRIGGER
+        dbworker_notify_update ON <table>`` and ``DROP FUNCTION dbworker_notify_<table>()``.
         """
         return upgrade.install_notify_triggers(self.engine, [w.key.table for w in self._registry.values()])
 
@@ -360,9 +361,9 @@ class Coordinator:
             if again:  # ... an item of it is claimable again
                 payload = payload[len(notify.AGAIN) + 1 :]
             for loop in self._loops:
-                changed, key = notify.source_change(payload, loop.worker.key.table.name)
+                changed, keys = notify.source_change(payload, loop.worker.key.table.name)
                 if changed:
-                    loop.wake(key, again=again)
+                    loop.wake(*keys, again=again)
 
     def _wake_all(self) -> None:
         for loop in self._loops:
@@ -386,7 +387,7 @@ class Coordinator:
                 # on (has_execution_status(source_id=Model.id)): claimed by key if the sweep
                 # passed it (the loop takes keys in their text form on PostgreSQL only).
                 same = key is not None and loop.worker.key.table is table
-                loop.wake(key if same else None)
+                loop.wake(*((key,) if same and key is not None else ()))
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop claiming and wait for running handlers to finish.

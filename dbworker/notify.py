@@ -1,18 +1,22 @@
 """PostgreSQL LISTEN/NOTIFY wake-ups, with polling kept as the fallback everywhere.
 
 One listener thread per coordinator holds a connection LISTENing on the ``dbworker``
-channel. Payloads are ``<table> <key>`` (sent for every inserted or updated row by the
-opt-in trigger that ``install_triggers`` puts on the application's source tables; the key
-as PostgreSQL writes it as text), ``again:<table> <key>`` (an item made claimable again:
-given back by a coordinator, or reset after it failed; other pods' sweeps may have passed
-it, and unlike a row change it is never the item's own handler writing), a bare table
-name (the statement trigger of earlier releases), or ``done:<worker> <key>`` (sent when an item of a worker that others wait for
-ended, so dependent workers of other coordinators claim at once, by key if their sweep
-passed it; ``done:<worker>`` alone when the key has no text form or very many ended).
+channel. Payloads are ``rows:<table> <keys>`` (sent once per inserting or updating
+statement by the opt-in trigger that ``install_triggers`` puts on the application's source
+tables: the changed rows' keys as PostgreSQL writes them as text, in a JSON array, up to
+``MAX_NAMED_ROWS`` of them), a bare table name (more rows than that, or the statement
+trigger of earlier releases), ``<table> <key>`` (the row trigger of earlier builds),
+``again:<table> <key>`` (an item made claimable again: given back by a coordinator, or reset
+after it failed; other pods' sweeps may have passed it, and unlike a row change it is never
+the item's own handler writing), or ``done:<worker> <key>`` (sent when an item of a worker
+that others wait for ended, so dependent workers of other coordinators claim at once, by
+key if their sweep passed it; ``done:<worker>`` alone when the key has no text form or very
+many ended).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import threading
@@ -29,8 +33,9 @@ from dbworker import own_connection
 CHANNEL = "dbworker"
 DONE = "done"  # + ":<worker>"; a bare "done" (any worker) is still understood
 AGAIN = "again"  # + ":<table> <key>"
+ROWS = "rows"  # + ":<table> <JSON array of keys>"
 FUNCTION = "dbworker_notify"  # + "_<table>": one per source table, with its key column built in
-TRIGGER = "dbworker_notify"
+TRIGGER = "dbworker_notify"  # on INSERT; + "_update" on UPDATE (one event per trigger with transition tables)
 _IDLE_CHECK_SECONDS = 5.0  # an idle listener still looks at its stop flag this often
 MAX_ANNOUNCED_KEYS = 64  # per worker and batch; more are announced as "done:<worker>" alone
 # Rows a claim loop takes by key at once; more named between two claims make it sweep from
@@ -39,12 +44,14 @@ MAX_NAMED_ROWS = 64
 
 
 def trigger_statements(conn: sa.Connection, table: sa.Table) -> list[str]:
-    """DDL for the opt-in trigger on ``table``: notify the channel with each changed row's key.
+    """DDL for the opt-in triggers on ``table``: one notification per statement, naming its rows.
 
-    The key lets a coordinator claim exactly that row, wherever its claim sweep stands: a
+    The keys let a coordinator claim exactly those rows, wherever its claim sweep stands: a
     row enabled (or inserted) below the sweep's cursor is found at once, not at the next
-    wrap. Row by row, because a statement's rows cannot be named otherwise; PostgreSQL
-    delivers them at commit, and a coordinator that gets very many at once sweeps instead.
+    wrap. One notification per statement, not per row: a bulk insert or update of a
+    million rows would otherwise queue a million notifications for every listening pod.
+    Over ``MAX_NAMED_ROWS`` rows are announced by the table's name alone (the loops sweep).
+    PostgreSQL delivers notifications at commit, and only if the statement changed a row.
     """
     prep = conn.dialect.identifier_preparer
     quoted = prep.format_table(table)
@@ -52,23 +59,38 @@ def trigger_statements(conn: sa.Connection, table: sa.Table) -> list[str]:
     function = prep.quote(f"{FUNCTION}_{table.name}")
     if table.schema:
         function = f"{prep.quote_schema(table.schema)}.{function}"
-    return [
-        f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$ "
-        f"BEGIN PERFORM pg_notify('{CHANNEL}', TG_TABLE_NAME || ' ' || NEW.{prep.quote(key.name)}::text); "
-        "RETURN NULL; END $$",
-        f"DROP TRIGGER IF EXISTS {TRIGGER} ON {quoted}",
-        f"CREATE TRIGGER {TRIGGER} AFTER INSERT OR UPDATE ON {quoted} "
-        f"FOR EACH ROW EXECUTE FUNCTION {function}()",
-    ]
+    body = (
+        "DECLARE n integer; keys text; BEGIN "
+        f"SELECT count(*), json_agg(k)::text INTO n, keys FROM (SELECT {prep.quote(key.name)}::text AS k "
+        f"FROM dbworker_rows LIMIT {MAX_NAMED_ROWS + 1}) AS named; "
+        f"IF n > {MAX_NAMED_ROWS} THEN PERFORM pg_notify('{CHANNEL}', TG_TABLE_NAME); "
+        f"ELSIF n > 0 THEN PERFORM pg_notify('{CHANNEL}', '{ROWS}:' || TG_TABLE_NAME || ' ' || keys); "
+        "END IF; RETURN NULL; END"
+    )
+    statements = [f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$ {body} $$"]
+    for trigger, event in ((TRIGGER, "INSERT"), (f"{TRIGGER}_update", "UPDATE")):
+        statements += [
+            f"DROP TRIGGER IF EXISTS {trigger} ON {quoted}",
+            f"CREATE TRIGGER {trigger} AFTER {event} ON {quoted} REFERENCING NEW TABLE AS dbworker_rows "
+            f"FOR EACH STATEMENT EXECUTE FUNCTION {function}()",
+        ]
+    return statements
 
 
-def source_change(payload: str, table: str) -> tuple[bool, str | None]:
-    """Whether ``payload`` reports a change of ``table``, and the changed row's key text if named."""
+def source_change(payload: str, table: str) -> tuple[bool, list[str]]:
+    """Whether ``payload`` reports a change of ``table``, and the changed rows' key texts if named."""
     if payload == table:
-        return True, None  # a statement trigger of an earlier release: no key
+        return True, []  # too many rows to name, or a statement trigger of an earlier release
+    rows = f"{ROWS}:{table} "
+    if payload.startswith(rows):
+        try:
+            keys = json.loads(payload[len(rows) :])
+        except ValueError:
+            return True, []
+        return True, [k for k in keys if isinstance(k, str)] if isinstance(keys, list) else []
     if payload.startswith(table + " "):
-        return True, payload[len(table) + 1 :]
-    return False, None
+        return True, [payload[len(table) + 1 :]]  # the row trigger of an earlier build
+    return False, []
 
 
 def key_text(value: Any) -> str | None:

@@ -146,15 +146,16 @@ class WorkerLoop:
         self._waker.wake()
         return n
 
-    def wake(self, key: str | None = None, *, again: bool = False) -> None:
+    def wake(self, *keys: str, again: bool = False) -> None:
         """Claim now instead of at the end of the current poll wait.
 
-        ``key``: a source row that changed, as text (PostgreSQL, where claims take rows by
-        that form; elsewhere the loop sweeps instead); ``again``: its item was made claimable
-        again (given back, or reset after it failed), even if it ended here just now.
+        ``keys``: source rows that changed, as text (PostgreSQL, where claims take rows by
+        that form; elsewhere the loop sweeps instead); ``again``: their items were made
+        claimable again (given back, or reset after they failed), even if they ended here.
         """
-        if key is not None and self._keys_as_text:
-            self._name(key, again=again)
+        if keys and self._keys_as_text:
+            for key in keys:
+                self._name(key, again=again)
         else:
             with self._queue_lock:
                 self._unnamed = True

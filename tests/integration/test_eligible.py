@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from dbworker import ExecutionStatus, claims, dialects, sqlite_wake
+from dbworker import ExecutionStatus, claims, dialects, notify, sqlite_wake
 from dbworker.observe import Observer
 from tests.apps import basic
 from tests.helpers import wait_until
@@ -144,6 +144,40 @@ def test_sqlite_commits_are_seen_through_file_events(app: App, monkeypatch: pyte
             conn.exec_driver_sql("PRAGMA wal_checkpoint(FULL)").all()
         [i] = app.add("finish")
         app.wait_status([i], (ExecutionStatus.FINISHED,), timeout=60)
+
+
+def test_the_trigger_notifies_once_per_statement_naming_its_rows(app: App) -> None:
+    """PostgreSQL: a statement's rows in one notification; over 64 are named by the table alone
+    (a bulk insert of a million rows must not queue a million notifications per pod)."""
+    if app.db.backend != "postgresql":
+        pytest.skip("LISTEN/NOTIFY exists on PostgreSQL only; other servers poll")
+    c = app.coordinator()
+    c.install_notify_triggers()
+    raw = app.db.engine.raw_connection()
+    try:
+        listener = raw.driver_connection
+        listener.autocommit = True  # type: ignore[union-attr]
+        listener.execute("LISTEN dbworker")  # type: ignore[union-attr]
+        insert = sa.text(
+            "INSERT INTO items (id, action, runs, ready, release, priority) "
+            "SELECT g, 'finish', 0, true, false, 0 FROM generate_series(CAST(:first AS integer), CAST(:last AS integer)) AS g"
+        )
+        with app.db.engine.begin() as conn:
+            conn.execute(insert, {"first": 1, "last": 3})
+        with app.db.engine.begin() as conn:
+            conn.execute(insert, {"first": 10, "last": 109})
+        with app.db.engine.begin() as conn:
+            conn.execute(sa.update(basic.Item).where(basic.Item.id == 999).values(ready=False))  # no row
+            conn.execute(sa.update(basic.Item).where(basic.Item.id == 2).values(ready=False))
+        notes = listener.notifies(timeout=30, stop_after=3)  # type: ignore[union-attr]
+        changes = [notify.source_change(n.payload, "items") for n in notes]
+    finally:
+        raw.close()
+    assert [(changed, sorted(keys, key=int)) for changed, keys in changes] == [
+        (True, ["1", "2", "3"]),
+        (True, []),  # 100 rows: the loops sweep
+        (True, ["2"]),  # the update that changed nothing sent nothing
+    ]
 
 
 def _ready_in_no_order() -> sa.Select[Any]:

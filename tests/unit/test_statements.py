@@ -107,11 +107,14 @@ def test_claims_by_key_compare_the_notified_text_as_the_key_type() -> None:
 def test_notification_payloads_name_the_table_and_maybe_the_row() -> None:
     from dbworker import notify
 
-    assert notify.source_change("items 42", "items") == (True, "42")
-    assert notify.source_change("items a b", "items") == (True, "a b")  # keys may hold spaces
-    assert notify.source_change("items", "items") == (True, None)  # an earlier release's trigger
-    assert notify.source_change("items_old 42", "items") == (False, None)
-    assert notify.source_change("done:items", "items") == (False, None)
+    assert notify.source_change('rows:items ["42", "a b,c"]', "items") == (True, ["42", "a b,c"])
+    assert notify.source_change("rows:items_old [\"42\"]", "items") == (False, [])
+    assert notify.source_change("rows:items [oops", "items") == (True, [])  # unreadable: sweep
+    assert notify.source_change("items 42", "items") == (True, ["42"])  # an earlier build's row trigger
+    assert notify.source_change("items a b", "items") == (True, ["a b"])  # keys may hold spaces
+    assert notify.source_change("items", "items") == (True, [])  # many rows, or an earlier release's trigger
+    assert notify.source_change("items_old 42", "items") == (False, [])
+    assert notify.source_change("done:items", "items") == (False, [])
 
 
 def test_done_announcements_name_the_ended_items_while_they_are_few() -> None:
