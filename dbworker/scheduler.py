@@ -159,9 +159,9 @@ class WorkerLoop:
         else:
             with self._queue_lock:
                 self._unnamed = True
-        self._claim_now_please()
+        self._request_claim()
 
-    def _claim_now_please(self) -> None:
+    def _request_claim(self) -> None:
         self._claim_now = True
         self._waker.wake()
 
@@ -394,7 +394,7 @@ class WorkerLoop:
                 for source_id in expired:
                     self._claimable_again(source_id)
                 if expired:
-                    self._claim_now_please()
+                    self._request_claim()
         seconds = time.perf_counter() - start
         taken_over = [c for c in taken if c.taken_over]
         for c in taken_over:
