@@ -386,8 +386,8 @@ class Coordinator:
                 # The same key of the same source table is the row a waiter most likely waits
                 # on (has_execution_status(source_id=Model.id)): claimed by key if the sweep
                 # passed it (the loop takes keys in their text form on PostgreSQL only).
-                same = key is not None and loop.worker.key.table is table
-                loop.wake(*((key,) if same and key is not None else ()))
+                same = (key,) if key is not None and loop.worker.key.table is table else ()
+                loop.wake(*same)
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop claiming and wait for running handlers to finish.

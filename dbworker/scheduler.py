@@ -126,7 +126,7 @@ class WorkerLoop:
         # any wake-up off PostgreSQL): what changed may lie behind the cursor (see _claim).
         self._unnamed = False
         self._wrap_allowed_at = 0.0  # ... when such a wake-up may wrap (see WRAP_SPACING)
-        self._wrap_owed_at: float | None = None  # ... a wrap one could not have yet, due then
+        self._wrap_owed = False  # ... one could not have it yet: due at _wrap_allowed_at
         self._ended: collections.deque[str] = collections.deque(maxlen=RECENT_ENDED)
         self._ended_set: set[str] = set()
         self._mean_seconds: float | None = None
@@ -347,8 +347,8 @@ class WorkerLoop:
                     wait = poll.next() if timed or last_wait is None else last_wait
                     last_wait = wait
                     next_claim, timed = last_trip + wait, True
-                    if self._wrap_owed_at is not None:
-                        next_claim = min(next_claim, self._wrap_owed_at)
+                    if self._wrap_owed:
+                        next_claim = min(next_claim, self._wrap_allowed_at)
             elif now - last_trip >= settings.max_poll_seconds:
                 # No claim is due (all slots busy, or draining): keep the heartbeat honest.
                 try:
@@ -364,7 +364,7 @@ class WorkerLoop:
         w = self.worker
         start = time.perf_counter()
         now = time.monotonic()
-        if now >= self._wrap_at or (self._wrap_owed_at is not None and now >= self._wrap_owed_at):
+        if now >= self._wrap_at or (self._wrap_owed and now >= self._wrap_allowed_at):
             self._cursor = None  # sweep from the start now and then (see WRAP_SPACING): lower keys may be ready again
         taken: list[claims.Claim] = []
         with connect(self.engine) as conn:
@@ -384,8 +384,8 @@ class WorkerLoop:
                 if now >= self._wrap_allowed_at:
                     self._cursor = None
                     taken += self._sweep(conn, limit - len(taken))
-                elif self._wrap_owed_at is None:
-                    self._wrap_owed_at = self._wrap_allowed_at
+                else:
+                    self._wrap_owed = True
             if self._cursor is not None and now >= self._expired_at:
                 # After the rounds, so no item waits for this lookup: what it finds is
                 # claimed by key at once, in the next claim.
@@ -442,7 +442,7 @@ class WorkerLoop:
         if keys is None and self._cursor is None:
             now = time.monotonic()
             self._wrap_allowed_at = now + WRAP_SPACING * (now - start)
-            self._wrap_owed_at = None
+            self._wrap_owed = False
             self._wrap_at = max(self._wrap_allowed_at, now + self._settings.max_poll_seconds)
             self._expired_at = now + self._settings.max_poll_seconds  # this wrap saw them
         return rnd

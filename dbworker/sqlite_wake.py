@@ -50,7 +50,6 @@ class DataVersionWatcher:
         self._secrets = secrets
         self._stop = threading.Event()
         self._last: Any = None
-        self.reads = 0  # data_version readings so far (how often the thread woke)
         self.thread = threading.Thread(target=self._run, name="dbworker-sqlite-watch", daemon=True)
 
     def start(self) -> None:
@@ -65,19 +64,22 @@ class DataVersionWatcher:
 
     def _watch(self, conn: Any) -> None:
         # The first reading wakes the loops too: a commit may have come while we reconnected.
+        # Taken once the files are watched, so a commit just before is read and one just
+        # after is reported.
         self._last = None
         files = _database_writes(self._engine.url.database)
-        if files is None:
-            self._poll(conn)
-            return
         try:
-            self._follow(conn, files)
+            self._changed(conn)
+            if files is None:
+                self._poll(conn)
+            else:
+                self._follow(conn, files)
         finally:
-            files.close()
+            if files is not None:
+                files.close()
 
     def _changed(self, conn: Any) -> bool:
         """Read data_version; wake the loops when it changed."""
-        self.reads += 1
         version = conn.execute("PRAGMA data_version").fetchone()[0]
         if version == self._last:
             return False
@@ -87,13 +89,11 @@ class DataVersionWatcher:
 
     def _poll(self, conn: Any) -> None:
         interval = Backoff(FIRST_INTERVAL, MAX_INTERVAL)
-        self._changed(conn)
         while not self._stop.wait(interval.next()):
             if self._changed(conn):
                 interval.reset()
 
     def _follow(self, conn: Any, files: DirectoryWrites) -> None:
-        self._changed(conn)
         while not self._stop.is_set():
             if not files.wait(EVENTS_FALLBACK_SECONDS):
                 self._changed(conn)
