@@ -1,5 +1,5 @@
 """``python -m dbworker``: the same command as the ``dbworker`` console script (see ``cli``)."""
 
-from dbworker.cli import main
+from dbworker.pod.cli import main
 
 raise SystemExit(main())

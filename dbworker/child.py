@@ -20,8 +20,9 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from dbworker import claims, dialects, logs, redact, tables
+from dbworker import logs, redact
 from dbworker.contract import ExecutionStatus, Finished, Handler, Unfinished
+from dbworker.sql import claims, dialects, tables
 
 EXIT_ORPHANED = 3  # the coordinator died; the work is left for another to take over
 _MAY_COMMIT = "dbworker.may_commit"

@@ -22,24 +22,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from dbworker import (
-    claims,
-    dependencies,
-    dialects,
-    logs,
-    notify,
-    redact,
-    sqlite_wake,
-    status,
-    tables,
-    upgrade,
-)
+from dbworker import logs, redact
 from dbworker.child import ChildConfig
 from dbworker.contract import Eligible, ExecutionStatus
-from dbworker.dialects import connect
 from dbworker.leases import LeaseKeeper
+from dbworker.loop import Settings, WorkerLoop
 from dbworker.observe import Observer, Observers
-from dbworker.scheduler import Settings, WorkerLoop
+from dbworker.sql import claims, dialects, notify, status, tables, upgrade
+from dbworker.sql.dialects import connect
+from dbworker.wakeups import dependencies, sqlite
 from dbworker.workers import RegisteredWorker, WorkerViews, check_concurrency, check_name
 
 log = logging.getLogger("dbworker")
@@ -118,7 +109,7 @@ class Coordinator:
         self._awaited: frozenset[str] | None = frozenset()  # None: any worker may be awaited
         self._keeper: LeaseKeeper | None = None
         self._listener: notify.Listener | None = None
-        self._watcher: sqlite_wake.DataVersionWatcher | None = None
+        self._watcher: sqlite.DataVersionWatcher | None = None
         self._engine: Engine | None = None
 
     # --- settings ------------------------------------------------------------------------
@@ -306,7 +297,7 @@ class Coordinator:
         ]
         self._listener = self._make_listener(engine)
         if engine.dialect.name == "sqlite":
-            self._watcher = sqlite_wake.DataVersionWatcher(engine, self._wake_all, secrets=self._secrets)
+            self._watcher = sqlite.DataVersionWatcher(engine, self._wake_all, secrets=self._secrets)
         self._keeper = LeaseKeeper(
             self._loops, lease_seconds=self._settings.lease_seconds,
             observer=self._observers, secrets=self._secrets,

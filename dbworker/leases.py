@@ -12,11 +12,12 @@ import threading
 import time
 from collections.abc import Sequence
 
-from dbworker import claims, redact
+from dbworker import redact
 from dbworker.backoff import Backoff
-from dbworker.dialects import connect
+from dbworker.loop import WorkerLoop
 from dbworker.observe import Observer
-from dbworker.scheduler import WorkerLoop
+from dbworker.sql import claims
+from dbworker.sql.dialects import connect
 
 log = logging.getLogger("dbworker")
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from dbworker import child
 from dbworker.backoff import Backoff
-from dbworker.claims import Claim
+from dbworker.sql.claims import Claim
 
 _CONTEXT = multiprocessing.get_context("spawn")  # no fork: the coordinator runs threads
 

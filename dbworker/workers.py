@@ -14,8 +14,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from dbworker import notify, status, tables
 from dbworker.contract import Eligible, ExecutionStatus, Handler
+from dbworker.sql import notify, status, tables
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
 

@@ -12,7 +12,8 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
-from dbworker import ExecutionStatus, dialects
+from dbworker import ExecutionStatus
+from dbworker.sql import dialects
 from tests.chaos.conftest import Processes
 from tests.helpers import children_of, wait_until
 from tests.integration.conftest import App

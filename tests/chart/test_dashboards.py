@@ -21,7 +21,7 @@ def registry_names(registry: CollectorRegistry) -> set[str]:
 
 
 def library_names() -> set[str]:
-    from dbworker import metrics
+    from dbworker.pod import metrics
 
     registry = CollectorRegistry()
     worker_metrics = metrics.WorkerMetrics(registry, version="test")
@@ -115,7 +115,7 @@ def test_every_name_in_dashboards_and_rules_is_exported_by_the_library() -> None
         for name in queries.metric_names(match):
             used.setdefault(name, []).append(where)
     unknown = {name: wheres for name, wheres in used.items() if name not in exported}
-    assert not unknown, f"not exported by dbworker.metrics: {unknown}"
+    assert not unknown, f"not exported by dbworker.pod.metrics: {unknown}"
     assert not operator & exported
 
 

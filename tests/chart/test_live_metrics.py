@@ -89,8 +89,8 @@ def samples(metrics_url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], f
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Base URL of a running worker's HTTP port, once it has executed every seeded item."""
-    if importlib.util.find_spec("dbworker.cli") is None:
-        pytest.skip("dbworker.cli does not exist yet: no `dbworker run` to scrape")
+    if importlib.util.find_spec("dbworker.pod.cli") is None:
+        pytest.skip("dbworker.pod.cli does not exist yet: no `dbworker run` to scrape")
     tmp = tmp_path_factory.mktemp("worker")
     url = f"sqlite:///{tmp / 'app.sqlite'}"
     seed(url)

@@ -11,7 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from dbworker import claims, dialects
+from dbworker.sql import claims, dialects
 from tests.apps import basic
 from tests.conftest import Database
 

@@ -46,7 +46,7 @@ def test_two_coordinators_never_run_one_item_twice(app: App) -> None:
 
 def test_renewing_a_claim_whose_item_just_ended_does_not_report_it_lost(app: App) -> None:
     """The handler may commit between the lease keeper's look at running items and its renew."""
-    from dbworker import claims
+    from dbworker.sql import claims
 
     c = app.coordinator()
     table, key = c.workers["items"].table, basic.Item.__table__.c.id

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from dbworker import ExecutionStatus, child, claims, dialects
+from dbworker import ExecutionStatus, child
+from dbworker.sql import claims, dialects
 from tests.apps import basic
 from tests.integration.conftest import App
 

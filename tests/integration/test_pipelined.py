@@ -6,8 +6,9 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from dbworker import ExecutionStatus, claims
+from dbworker import ExecutionStatus
 from dbworker.pool import Done, Event, Pool, Skipped
+from dbworker.sql import claims
 from tests.apps import basic
 from tests.helpers import wait_until
 from tests.integration.conftest import App

@@ -8,7 +8,8 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from dbworker import Coordinator, ExecutionStatus, claims
+from dbworker import Coordinator, ExecutionStatus
+from dbworker.sql import claims
 from tests.apps import typed_keys
 from tests.conftest import Database
 from tests.helpers import wait_until

@@ -273,7 +273,7 @@ def test_parse_reads_what_the_dbworker_command_actually_exposes() -> None:
     """The contract between the pods and the operator: the library's own exposition."""
     from prometheus_client import generate_latest
 
-    library_metrics = pytest.importorskip("dbworker.metrics")
+    library_metrics = pytest.importorskip("dbworker.pod.metrics")
     registry = CollectorRegistry()
     exposed = library_metrics.WorkerMetrics(registry, version="test")
     exposed.touch(["hash", "compare"])

@@ -12,7 +12,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from dbworker import ExecutionStatus, upgrade
+from dbworker import ExecutionStatus
+from dbworker.sql import upgrade
 from tests.apps import basic
 from tests.conftest import Database
 from tests.helpers import wait_until

@@ -1,4 +1,4 @@
-"""Unit tests of dbworker.cli: option parsing, environment, errors; no database, no child."""
+"""Unit tests of dbworker.pod.cli: option parsing, environment, errors; no database, no child."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from dbworker import cli, redact
+from dbworker import redact
+from dbworker.pod import cli
 from tests.helpers import logging_restored
 
 

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import sessionmaker
 
 from dbworker import Coordinator, ExecutionStatus
-from dbworker.dependencies import ANY, awaited, dependency_map, waiter_map, waiters
+from dbworker.wakeups.dependencies import ANY, awaited, dependency_map, waiter_map, waiters
 from tests.apps import basic
 
 

@@ -1,8 +1,8 @@
-"""Unit tests of dbworker.health: liveness and readiness rules as pure functions."""
+"""Unit tests of dbworker.pod.health: liveness and readiness rules as pure functions."""
 
 from __future__ import annotations
 
-from dbworker import health
+from dbworker.pod import health
 
 BOUND = 10.0
 T0 = 1_000_000.0

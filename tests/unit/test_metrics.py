@@ -1,11 +1,12 @@
-"""Unit tests of dbworker.metrics: events become samples on a private registry."""
+"""Unit tests of dbworker.pod.metrics: events become samples on a private registry."""
 
 from __future__ import annotations
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from dbworker import metrics, observe
+from dbworker import observe
+from dbworker.pod import metrics
 
 
 @pytest.fixture

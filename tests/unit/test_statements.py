@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Dialect
 
-from dbworker import claims, dialects, tables
+from dbworker.sql import claims, dialects, tables
 from tests.apps import basic
 
 TABLE = tables.work_table("items", basic.Item)
@@ -105,7 +105,7 @@ def test_claims_by_key_compare_the_notified_text_as_the_key_type() -> None:
 
 
 def test_notification_payloads_name_the_table_and_maybe_the_row() -> None:
-    from dbworker import notify
+    from dbworker.sql import notify
 
     assert notify.source_change('rows:items ["42", "a b,c"]', "items") == (True, ["42", "a b,c"])
     assert notify.source_change("rows:items_old [\"42\"]", "items") == (False, [])
@@ -118,7 +118,7 @@ def test_notification_payloads_name_the_table_and_maybe_the_row() -> None:
 
 
 def test_done_announcements_name_the_ended_items_while_they_are_few() -> None:
-    from dbworker import notify
+    from dbworker.sql import notify
 
     assert notify.done_payloads({"hash": {"7", "12"}, "compare": None}) == [
         "done:compare", "done:hash 12", "done:hash 7",

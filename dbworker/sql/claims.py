@@ -19,8 +19,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
-from dbworker import dialects, tables
 from dbworker.contract import ExecutionStatus
+from dbworker.sql import dialects, tables
 
 WORKING = ExecutionStatus.WORKING.value
 UNFINISHED = ExecutionStatus.UNFINISHED.value

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dbworker.file_events import DirectoryWrites
+from dbworker.wakeups.inotify import DirectoryWrites
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
 

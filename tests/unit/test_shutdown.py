@@ -1,11 +1,11 @@
-"""Unit tests of dbworker.signals: first request drains, a second aborts (no real signals)."""
+"""Unit tests of dbworker.pod.shutdown: first request drains, a second aborts (no real signals)."""
 
 from __future__ import annotations
 
 import signal
 import threading
 
-from dbworker import signals
+from dbworker.pod import shutdown
 from tests.helpers import wait_until
 
 
@@ -27,7 +27,7 @@ class FakeCoordinator:
 
 def test_first_request_drains_with_the_deadline_and_wait_returns() -> None:
     seen: list[str] = []
-    s = signals.Shutdown(drain_seconds=7.5, on_request=lambda: seen.append("requested"))
+    s = shutdown.Shutdown(drain_seconds=7.5, on_request=lambda: seen.append("requested"))
     c = FakeCoordinator()
     s.attach(c)
     s.request(signal.SIGTERM)
@@ -40,7 +40,7 @@ def test_first_request_drains_with_the_deadline_and_wait_returns() -> None:
 
 
 def test_second_request_aborts() -> None:
-    s = signals.Shutdown(drain_seconds=600)
+    s = shutdown.Shutdown(drain_seconds=600)
     c = FakeCoordinator()
     s.attach(c)
     s.request(signal.SIGTERM)
@@ -50,7 +50,7 @@ def test_second_request_aborts() -> None:
 
 
 def test_request_before_attach_drains_on_attach() -> None:
-    s = signals.Shutdown(drain_seconds=1)
+    s = shutdown.Shutdown(drain_seconds=1)
     s.request(signal.SIGTERM)
     c = FakeCoordinator()
     c.release.set()
@@ -64,7 +64,7 @@ def test_failing_stop_is_reported() -> None:
         def stop(self, timeout: float | None = None) -> None:
             raise RuntimeError("postgresql://u:pw@h/db gone")
 
-    s = signals.Shutdown(drain_seconds=1)
+    s = shutdown.Shutdown(drain_seconds=1)
     s.attach(Broken())
     s.request(None)
     s.wait()
@@ -72,11 +72,11 @@ def test_failing_stop_is_reported() -> None:
 
 
 def test_install_handles_sigterm_and_sigint() -> None:
-    before = {sig: signal.getsignal(sig) for sig in signals.SIGNALS}
+    before = {sig: signal.getsignal(sig) for sig in shutdown.SIGNALS}
     try:
-        s = signals.Shutdown(drain_seconds=1)
+        s = shutdown.Shutdown(drain_seconds=1)
         s.install()
-        for sig in signals.SIGNALS:
+        for sig in shutdown.SIGNALS:
             assert signal.getsignal(sig) == s._handle
     finally:
         for sig, handler in before.items():
@@ -85,7 +85,7 @@ def test_install_handles_sigterm_and_sigint() -> None:
 
 def test_a_signal_while_the_main_thread_holds_the_lock_does_not_deadlock() -> None:
     # The handler runs on the main thread between two bytecodes, maybe inside attach().
-    s = signals.Shutdown(drain_seconds=1)
+    s = shutdown.Shutdown(drain_seconds=1)
     c = FakeCoordinator()
     c.release.set()
     with s._lock:

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from dbworker import observe, redact
 
-log = logging.getLogger("dbworker.metrics")
+log = logging.getLogger("dbworker.pod.metrics")
 
 # Handler runs span milliseconds (no-op items) to an hour (batch jobs); without the long
 # buckets everything slow lands in +Inf and the histogram says nothing.

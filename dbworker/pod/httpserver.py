@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from dbworker import health
+from dbworker.pod import health
 
 log = logging.getLogger("dbworker.http")
 

@@ -20,9 +20,9 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from dbworker import own_connection
 from dbworker.backoff import Backoff
-from dbworker.file_events import DirectoryWrites
+from dbworker.wakeups import connection
+from dbworker.wakeups.inotify import DirectoryWrites
 
 FIRST_INTERVAL = 0.02  # without file events, while commits come: pick-up within ~20 ms
 MAX_INTERVAL = 0.05  # ... idle: twenty reads a second, about 0.4% of a core here
@@ -59,7 +59,7 @@ class DataVersionWatcher:
         self._stop.set()
 
     def _run(self) -> None:
-        own_connection.serve(self._engine, self._watch, stop=self._stop, what="SQLite change watcher",
+        connection.serve(self._engine, self._watch, stop=self._stop, what="SQLite change watcher",
                              secrets=self._secrets)  # fmt: skip
 
     def _watch(self, conn: Any) -> None:

@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Engine
 
-from dbworker import own_connection
+from dbworker.wakeups import connection
 
 CHANNEL = "dbworker"
 DONE = "done"  # + ":<worker>"; a bare "done" (any worker) is still understood
@@ -193,7 +193,7 @@ class Listener:
             pass  # a wake-up is pending already, or we are closing
 
     def _run(self) -> None:
-        own_connection.serve(self._engine, self._listen, stop=self._stop, what="notification listener",
+        connection.serve(self._engine, self._listen, stop=self._stop, what="notification listener",
                              secrets=self._secrets)  # fmt: skip
         os.close(self._wake_r)
         os.close(self._wake_w)

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dbworker import dialects
+from dbworker.sql import dialects
 
 log = logging.getLogger("dbworker")
 
@@ -116,7 +116,7 @@ def current(engine: Engine, table: sa.Table) -> bool:
 
 def install_notify_triggers(engine: Engine, tables: Iterable[sa.Table]) -> list[str]:
     """Install the PostgreSQL wake-up trigger on each source table, under the schema lock."""
-    from dbworker import notify
+    from dbworker.sql import notify
 
     unique = list({id(t): t for t in tables}.values())
     if engine.dialect.name != "postgresql":

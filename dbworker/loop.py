@@ -20,11 +20,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dbworker import child, claims, notify, redact
+from dbworker import child, redact
 from dbworker.backoff import Backoff
-from dbworker.dialects import connect
 from dbworker.observe import Observer
 from dbworker.pool import Died, Done, EndReason, Pool, Skipped, describe_exit
+from dbworker.sql import claims, notify
+from dbworker.sql.dialects import connect
 from dbworker.workers import RegisteredWorker
 
 log = logging.getLogger("dbworker")

@@ -25,7 +25,7 @@ from dbworker import redact
 if TYPE_CHECKING:
     from dbworker.coordinator import Coordinator
 
-log = logging.getLogger("dbworker.cli")
+log = logging.getLogger("dbworker.pod.cli")
 
 EXIT_OK = 0
 EXIT_UNEXPECTED = 1
@@ -436,7 +436,7 @@ def missing_tables(coordinator: Coordinator, workers: Sequence[str]) -> list[str
 
 
 def cmd_run(options: Options, coordinator: Coordinator, shutdown: Any) -> int:
-    from dbworker import health, metrics
+    from dbworker.pod import health, metrics
 
     workers = select_workers(coordinator, options)
     slots = apply_overrides(coordinator, options)
@@ -456,7 +456,7 @@ def cmd_run(options: Options, coordinator: Coordinator, shutdown: Any) -> int:
     server = None
     port: int = options["metrics_port"]
     if port:
-        from dbworker import httpserver
+        from dbworker.pod import httpserver
 
         host: str = options["metrics_host"]
         try:
@@ -704,7 +704,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(args: list[str]) -> int:
-    from dbworker import logs, signals
+    from dbworker import logs
+    from dbworker.pod import shutdown as shutdowns
 
     if not args:
         build_parser().print_help(sys.stderr)
@@ -714,9 +715,9 @@ def _main(args: list[str]) -> int:
     shutdown = None
     if options.command == "run":
         # Installed before the application is imported, so an early SIGTERM is a clean stop.
-        from dbworker import health as _health  # noqa: F401 - fail fast if the pod extra is missing
+        from dbworker.pod import health as _health  # noqa: F401 - fail fast if the pod extra is missing
 
-        shutdown = signals.Shutdown(drain_seconds=options["drain_seconds"])
+        shutdown = shutdowns.Shutdown(drain_seconds=options["drain_seconds"])
         shutdown.install()
     coordinator = load_app(options.app)
     logs.mask(*_secrets_of(coordinator))
