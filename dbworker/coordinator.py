@@ -30,7 +30,7 @@ from dbworker.loop import Settings, WorkerLoop
 from dbworker.observe import Observer, Observers
 from dbworker.sql import claims, dialects, notify, status, tables, upgrade
 from dbworker.sql.dialects import connect
-from dbworker.wakeups import dependencies, sqlite
+from dbworker.wakeups import dependencies, postgres, sqlite
 from dbworker.workers import RegisteredWorker, WorkerViews, check_concurrency, check_name
 
 log = logging.getLogger("dbworker")
@@ -108,7 +108,7 @@ class Coordinator:
         self._waiters: dict[str | None, frozenset[str]] = {None: frozenset()}  # see waiter_map
         self._awaited: frozenset[str] | None = frozenset()  # None: any worker may be awaited
         self._keeper: LeaseKeeper | None = None
-        self._listener: notify.Listener | None = None
+        self._listener: postgres.Listener | None = None
         self._watcher: sqlite.DataVersionWatcher | None = None
         self._engine: Engine | None = None
 
@@ -124,6 +124,11 @@ class Coordinator:
     @property
     def max_poll_seconds(self) -> float:
         return self._settings.max_poll_seconds
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What logs and errors must never show: the database URL's password (for ``logs.mask``)."""
+        return self._secrets
 
     @property
     def database_url(self) -> str:
@@ -334,10 +339,10 @@ class Coordinator:
             ) from None
         return config
 
-    def _make_listener(self, engine: Engine) -> notify.Listener | None:
+    def _make_listener(self, engine: Engine) -> postgres.Listener | None:
         if engine.dialect.name != "postgresql" or engine.dialect.driver != "psycopg":
             return None  # polling only
-        return notify.Listener(engine, self._on_notify, secrets=self._secrets)
+        return postgres.Listener(engine, self._on_notify, secrets=self._secrets)
 
     def _on_notify(self, payload: str) -> None:
         if payload == notify.DONE:  # an item of some worker ended: wake every dependent loop

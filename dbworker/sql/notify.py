@@ -1,7 +1,7 @@
-"""PostgreSQL LISTEN/NOTIFY wake-ups, with polling kept as the fallback everywhere.
+"""The NOTIFY protocol both ways: payloads built and parsed, the trigger DDL, announcements.
 
-One listener thread per coordinator holds a connection LISTENing on the ``dbworker``
-channel. Payloads are ``rows:<table> <keys>`` (sent once per inserting or updating
+The listener that receives them is ``wakeups.postgres``. Payloads on the ``dbworker``
+channel are ``rows:<table> <keys>`` (sent once per inserting or updating
 statement by the opt-in trigger that ``install_triggers`` puts on the application's source
 tables: the changed rows' keys as PostgreSQL writes them as text, in a JSON array, up to
 ``MAX_NAMED_ROWS`` of them), a bare table name (more rows than that, or the statement
@@ -17,18 +17,12 @@ many ended).
 from __future__ import annotations
 
 import json
-import os
-import select
-import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import Engine
-
-from dbworker.wakeups import connection
 
 CHANNEL = "dbworker"
 DONE = "done"  # + ":<worker>"; a bare "done" (any worker) is still understood
@@ -36,7 +30,6 @@ AGAIN = "again"  # + ":<table> <key>"
 ROWS = "rows"  # + ":<table> <JSON array of keys>"
 FUNCTION = "dbworker_notify"  # + "_<table>": one per source table, with its key column built in
 TRIGGER = "dbworker_notify"  # on INSERT; + "_update" on UPDATE (one event per trigger with transition tables)
-_IDLE_CHECK_SECONDS = 5.0  # an idle listener still looks at its stop flag this often
 MAX_ANNOUNCED_KEYS = 64  # per worker and batch; more are announced as "done:<worker>" alone
 # Rows a claim loop takes by key at once; more named between two claims make it sweep from
 # the start instead (so announcing more than one past this changes nothing).
@@ -146,81 +139,3 @@ def done_payloads(ended: dict[str, set[str] | None]) -> list[str]:
         else:
             payloads.append(f"{DONE}:{worker}")
     return payloads
-
-
-class Listener:
-    """LISTENs on the channel and calls ``on_notify(payload)``; reconnects after errors."""
-
-    def __init__(self, engine: Engine, on_notify: Callable[[str], None], *, secrets: tuple[str, ...]) -> None:
-        self._engine = engine
-        self._on_notify = on_notify
-        self._secrets = secrets
-        self._stop = threading.Event()
-        self._announce = threading.Event()
-        # Ended items to announce, by worker: their keys, or None for "some" (too many, or
-        # keys without a text form).
-        self._ended: dict[str, set[str] | None] = {}
-        self._ended_lock = threading.Lock()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self.thread = threading.Thread(target=self._run, name="dbworker-listen", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._poke()
-
-    def announce_done(self, worker: str, key: str | None = None) -> None:
-        """Tell other coordinators an item of ``worker`` (``key`` as text) ended; batched while busy."""
-        with self._ended_lock:
-            keys = self._ended.get(worker, set())
-            if keys is not None and key is not None and len(keys) < MAX_ANNOUNCED_KEYS:
-                keys.add(key)
-                self._ended[worker] = keys
-            else:
-                self._ended[worker] = None
-        if not self._announce.is_set():
-            self._announce.set()
-            self._poke()
-
-    def _poke(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass  # a wake-up is pending already, or we are closing
-
-    def _run(self) -> None:
-        connection.serve(self._engine, self._listen, stop=self._stop, what="notification listener",
-                             secrets=self._secrets)  # fmt: skip
-        os.close(self._wake_r)
-        os.close(self._wake_w)
-
-    def _listen(self, conn: Any) -> None:
-        conn.autocommit = True
-        conn.execute(f"LISTEN {CHANNEL}")
-        # Sleep in select() on the connection's socket and a self-pipe for announcements:
-        # an idle coordinator costs no CPU here, and notifications act at once.
-        own = conn.info.backend_pid
-        while not self._stop.is_set():
-            for note in conn.notifies(timeout=0.0):
-                if note.pid != own:  # our own "done" was already acted on locally
-                    self._on_notify(note.payload)
-            if self._announce.is_set():
-                self._announce.clear()
-                with self._ended_lock:
-                    ended, self._ended = self._ended, {}
-                conn.execute(
-                    "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
-                    (CHANNEL, done_payloads(ended)),
-                )
-                continue
-            readable, _, _ = select.select([conn.fileno(), self._wake_r], [], [], _IDLE_CHECK_SECONDS)
-            if self._wake_r in readable:
-                try:
-                    while os.read(self._wake_r, 4096):
-                        pass
-                except BlockingIOError:
-                    pass

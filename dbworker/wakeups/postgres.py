@@ -1,0 +1,98 @@
+"""PostgreSQL LISTEN: one thread per coordinator receives notifications and sends announcements.
+
+It holds a connection of its own LISTENing on the ``dbworker`` channel and hands each
+payload to the router; what payloads mean is ``sql.notify``'s. Polling stays the fallback.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from dbworker.sql import notify
+from dbworker.wakeups import connection
+
+_IDLE_CHECK_SECONDS = 5.0  # an idle listener still looks at its stop flag this often
+
+
+class Listener:
+    """LISTENs on the channel and calls ``on_notify(payload)``; reconnects after errors."""
+
+    def __init__(self, engine: Engine, on_notify: Callable[[str], None], *, secrets: tuple[str, ...]) -> None:
+        self._engine = engine
+        self._on_notify = on_notify
+        self._secrets = secrets
+        self._stop = threading.Event()
+        self._announce = threading.Event()
+        # Ended items to announce, by worker: their keys, or None for "some" (too many, or
+        # keys without a text form).
+        self._ended: dict[str, set[str] | None] = {}
+        self._ended_lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self.thread = threading.Thread(target=self._run, name="dbworker-listen", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._poke()
+
+    def announce_done(self, worker: str, key: str | None = None) -> None:
+        """Tell other coordinators an item of ``worker`` (``key`` as text) ended; batched while busy."""
+        with self._ended_lock:
+            keys = self._ended.get(worker, set())
+            if keys is not None and key is not None and len(keys) < notify.MAX_ANNOUNCED_KEYS:
+                keys.add(key)
+                self._ended[worker] = keys
+            else:
+                self._ended[worker] = None
+        if not self._announce.is_set():
+            self._announce.set()
+            self._poke()
+
+    def _poke(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass  # a wake-up is pending already, or we are closing
+
+    def _run(self) -> None:
+        connection.serve(self._engine, self._listen, stop=self._stop, what="notification listener",
+                             secrets=self._secrets)  # fmt: skip
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    def _listen(self, conn: Any) -> None:
+        conn.autocommit = True
+        conn.execute(f"LISTEN {notify.CHANNEL}")
+        # Sleep in select() on the connection's socket and a self-pipe for announcements:
+        # an idle coordinator costs no CPU here, and notifications act at once.
+        own = conn.info.backend_pid
+        while not self._stop.is_set():
+            for note in conn.notifies(timeout=0.0):
+                if note.pid != own:  # our own "done" was already acted on locally
+                    self._on_notify(note.payload)
+            if self._announce.is_set():
+                self._announce.clear()
+                with self._ended_lock:
+                    ended, self._ended = self._ended, {}
+                conn.execute(
+                    "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
+                    (notify.CHANNEL, notify.done_payloads(ended)),
+                )
+                continue
+            readable, _, _ = select.select([conn.fileno(), self._wake_r], [], [], _IDLE_CHECK_SECONDS)
+            if self._wake_r in readable:
+                try:
+                    while os.read(self._wake_r, 4096):
+                        pass
+                except BlockingIOError:
+                    pass
