@@ -1,7 +1,7 @@
 """Inside a handler process: its own engine, load the claimed row, call the handler, fenced commit.
 
 A handler process serves one worker for its whole life, one item at a time, and never
-imports the scheduler or the pool. It ignores SIGINT/SIGTERM (only its coordinator decides
+imports the loop, the pool or the coordinator. It ignores SIGINT/SIGTERM (only its coordinator decides
 when it ends) and exits by itself when its coordinator dies.
 """
 
@@ -20,17 +20,15 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from dbworker import logs, redact
+from dbworker import logs, messages, redact
 from dbworker.contract import ExecutionStatus, Finished, Handler, Unfinished
+from dbworker.messages import FAILED, FINISHED, LOST, RETRY, UNFINISHED, Report
 from dbworker.sql import claims, dialects, tables
 
 EXIT_ORPHANED = 3  # the coordinator died; the work is left for another to take over
 _MAY_COMMIT = "dbworker.may_commit"
 _PARENT_CHECK_SECONDS = 0.5
 
-# Outcomes a handler process reports; "retry" means a transient database error kept the
-# result from being committed, so the coordinator gives the claim back.
-FINISHED, UNFINISHED, FAILED, LOST, RETRY = "finished", "unfinished", "failed", "lost", "retry"
 
 
 @dataclass(frozen=True)
@@ -46,18 +44,6 @@ class ChildConfig:
     # The command's logging (level, format, extra secrets to mask), repeated here: None when
     # the library runs inside an application (handler processes then configure nothing).
     log: tuple[str, str, tuple[str, ...]] | None = field(default=None, repr=False)
-
-
-@dataclass(frozen=True)
-class Report:
-    """A handler process's answer for one item."""
-
-    source_id: Any
-    token: str
-    outcome: str
-    seconds: float
-    error: str | None = None  # the whole traceback, for the work record
-    summary: str = ""  # one line, for logs
 
 
 class HandlerSession(Session):
@@ -205,19 +191,19 @@ class Inbox:
                 message = self._conn.recv()
             except (EOFError, OSError):
                 message = None
-            if message is None:
+            if message is messages.STOP:
                 with self._cond:
                     self._closed = True
                     self._cond.notify()
                 return
-            if message[0] == "cancel":
+            if message[0] == messages.CANCEL:
                 token = message[1]
                 with self._cond:
                     waiting = [item for item in self._items if item[1] == token]
                     for item in waiting:
                         self._items.remove(item)
                 if waiting:
-                    self.send(("skipped", token))
+                    self.send((messages.SKIPPED, token))
                 continue
             _, source_id, token = message
             with self._cond:
@@ -247,12 +233,12 @@ def main(config: ChildConfig, conn: Any) -> None:
     runner = Runner(config)
     runner.warm_up()
     inbox = Inbox(conn)
-    inbox.send(("ready",))
+    inbox.send((messages.READY,))
     threading.Thread(target=inbox.read, name="dbworker-inbox", daemon=True).start()
     try:
         while (item := inbox.next()) is not None:
             source_id, token = item
             report = runner.run(claims.Claim(source_id, token))
-            inbox.send(("done", report))
+            inbox.send((messages.DONE, report))
     finally:
         runner.close()

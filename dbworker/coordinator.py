@@ -22,15 +22,16 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from dbworker import logs, redact
+from dbworker import logs, redact, settings
 from dbworker.child import ChildConfig
 from dbworker.contract import Eligible, ExecutionStatus
 from dbworker.leases import LeaseKeeper
-from dbworker.loop import Settings, WorkerLoop
+from dbworker.loop import WorkerLoop
 from dbworker.observe import Observer, Observers
-from dbworker.sql import claims, dialects, notify, status, tables, upgrade
+from dbworker.sql import claims, dialects, status, tables, upgrade
 from dbworker.sql.dialects import connect
-from dbworker.wakeups import dependencies, postgres, sqlite
+from dbworker.wakeups import postgres, sqlite
+from dbworker.wakeups.router import Router
 from dbworker.workers import RegisteredWorker, WorkerViews, check_concurrency, check_name
 
 log = logging.getLogger("dbworker")
@@ -40,25 +41,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 STOP_MARGIN_SECONDS = 5.0  # after a stop deadline: time to end processes and give claims back
 
 _running: weakref.WeakSet[Coordinator] = weakref.WeakSet()
-
-
-def _check_seconds(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
-    return float(value)
-
-
-def _settings(lease_seconds: object, poll_seconds: object, max_poll_seconds: object) -> Settings:
-    settings = Settings(
-        lease_seconds=_check_seconds("lease_seconds", lease_seconds),
-        poll_seconds=_check_seconds("poll_seconds", poll_seconds),
-        max_poll_seconds=_check_seconds("max_poll_seconds", max_poll_seconds),
-    )
-    if settings.max_poll_seconds < settings.poll_seconds:
-        raise ValueError(
-            f"max_poll_seconds ({settings.max_poll_seconds}) must be >= poll_seconds ({settings.poll_seconds})"
-        )
-    return settings
 
 
 def _is_memory_sqlite(url: URL) -> bool:
@@ -94,7 +76,7 @@ class Coordinator:
             raise ValueError(f"engine_options must be a dict of create_engine() options, got {type(engine_options).__name__}")
         self._session_factory = session_factory
         self._engine_options = dict(engine_options or {})
-        self._settings = _settings(lease_seconds, poll_seconds, max_poll_seconds)
+        self._settings = settings.settings(lease_seconds, poll_seconds, max_poll_seconds)
         self._secrets = redact.url_secrets(self._url)
         self._registry: dict[str, RegisteredWorker] = {}
         self.workers = WorkerViews(self._registry)
@@ -104,9 +86,6 @@ class Coordinator:
         self._stopped = False
         self._abort = threading.Event()
         self._loops: list[WorkerLoop] = []
-        self._deps: dict[str, frozenset[str]] = {}  # worker -> the workers it waits for
-        self._waiters: dict[str | None, frozenset[str]] = {None: frozenset()}  # see waiter_map
-        self._awaited: frozenset[str] | None = frozenset()  # None: any worker may be awaited
         self._keeper: LeaseKeeper | None = None
         self._listener: postgres.Listener | None = None
         self._watcher: sqlite.DataVersionWatcher | None = None
@@ -153,7 +132,7 @@ class Coordinator:
         """Override timing settings before ``start()`` (same rules as the constructor)."""
         self._check_not_started("configure")
         s = self._settings
-        self._settings = _settings(
+        self._settings = settings.settings(
             s.lease_seconds if lease_seconds is None else lease_seconds,
             s.poll_seconds if poll_seconds is None else poll_seconds,
             s.max_poll_seconds if max_poll_seconds is None else max_poll_seconds,
@@ -225,6 +204,20 @@ class Coordinator:
             query = claims.claimable(w.table, w.key, eligible, caps).limit(cap).subquery()
             return int(conn.execute(sa.select(sa.func.count()).select_from(query)).scalar_one())
 
+    def registrations(self) -> list[RegisteredWorker]:
+        """Every registered worker, frozen, in registration order."""
+        return list(self._registry.values())
+
+    def handler_pids(self) -> list[int]:
+        """Process ids of the handler processes of the running loops (for diagnostics and tests)."""
+        return [pid for loop in self._loops for pid in loop.pool.pids()]
+
+    def wake(self, worker: str | None = None) -> None:
+        """Have ``worker``'s loop (every loop: None) claim now instead of at its next poll."""
+        for loop in self._loops:
+            if worker is None or loop.worker.name == worker:
+                loop.wake()
+
     def ping(self) -> None:
         """One round trip to the database; raises what the driver raises when it is unreachable."""
         with connect(self.engine) as conn:
@@ -285,9 +278,7 @@ class Coordinator:
         if engine.dialect.name == "sqlite":
             _sqlite_wal(engine)
         # Every registered worker counts, started here or not: other pods start the others.
-        self._deps = dependencies.dependency_map(self._registry.values())
-        self._waiters = dependencies.waiter_map(self._deps)  # once: it is read for every item that ends
-        self._awaited = dependencies.awaited(self._deps)
+        router = Router(self._registry.values())
         self._loops = [
             WorkerLoop(
                 w,
@@ -295,14 +286,17 @@ class Coordinator:
                 settings=self._settings,
                 child_config=configs[w.name],
                 observer=self._observers,
-                on_item_done=self._item_done,
+                on_item_done=router.item_done,
                 secrets=self._secrets,
             )
             for w in selected
         ]
-        self._listener = self._make_listener(engine)
+        router.attach(self._loops)
+        self._listener = self._make_listener(engine, router)
+        if self._listener is not None:
+            router.announce = self._listener.announce_done
         if engine.dialect.name == "sqlite":
-            self._watcher = sqlite.DataVersionWatcher(engine, self._wake_all, secrets=self._secrets)
+            self._watcher = sqlite.DataVersionWatcher(engine, router.committed, secrets=self._secrets)
         self._keeper = LeaseKeeper(
             self._loops, lease_seconds=self._settings.lease_seconds,
             observer=self._observers, secrets=self._secrets,
@@ -339,51 +333,10 @@ class Coordinator:
             ) from None
         return config
 
-    def _make_listener(self, engine: Engine) -> postgres.Listener | None:
+    def _make_listener(self, engine: Engine, router: Router) -> postgres.Listener | None:
         if engine.dialect.name != "postgresql" or engine.dialect.driver != "psycopg":
             return None  # polling only
-        return postgres.Listener(engine, self._on_notify, secrets=self._secrets)
-
-    def _on_notify(self, payload: str) -> None:
-        if payload == notify.DONE:  # an item of some worker ended: wake every dependent loop
-            for loop in self._loops:
-                if self._deps.get(loop.worker.name):
-                    loop.wake()
-        elif payload.startswith(notify.DONE + ":"):
-            worker, _, ended_key = payload[len(notify.DONE) + 1 :].partition(" ")
-            self._wake_waiters(worker, key=ended_key or None)
-        else:  # a source table changed (a row of it, if the payload names its key)
-            again = payload.startswith(notify.AGAIN + ":")
-            if again:  # ... an item of it is claimable again
-                payload = payload[len(notify.AGAIN) + 1 :]
-            for loop in self._loops:
-                changed, keys = notify.source_change(payload, loop.worker.key.table.name)
-                if changed:
-                    loop.wake(*keys, again=again)
-
-    def _wake_all(self) -> None:
-        for loop in self._loops:
-            loop.wake()
-
-    def _item_done(self, worker: str, source_id: Any = None) -> None:
-        # An item that ended may make another worker's items eligible (has_execution_status),
-        # here or in another coordinator; the worker's own loop claims again by itself.
-        key = notify.key_text(source_id)
-        self._wake_waiters(worker, skip=worker, key=key)
-        if self._listener is not None and (self._awaited is None or worker in self._awaited):
-            self._listener.announce_done(worker, key)
-
-    def _wake_waiters(self, ended: str, *, skip: str | None = None, key: str | None = None) -> None:
-        waiting = self._waiters.get(ended, self._waiters[None])
-        registered = self._registry.get(ended)
-        table = registered.key.table if registered is not None else None
-        for loop in self._loops:
-            if loop.worker.name in waiting and loop.worker.name != skip:
-                # The same key of the same source table is the row a waiter most likely waits
-                # on (has_execution_status(source_id=Model.id)): claimed by key if the sweep
-                # passed it (the loop takes keys in their text form on PostgreSQL only).
-                same = (key,) if key is not None and loop.worker.key.table is table else ()
-                loop.wake(*same)
+        return postgres.Listener(engine, router.notified, secrets=self._secrets)
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop claiming and wait for running handlers to finish.

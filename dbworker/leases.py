@@ -11,15 +11,31 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from typing import Protocol
+
+from sqlalchemy.engine import Engine
 
 from dbworker import redact
 from dbworker.backoff import Backoff
-from dbworker.loop import WorkerLoop
 from dbworker.observe import Observer
 from dbworker.sql import claims
+from dbworker.sql.claims import Claim
 from dbworker.sql.dialects import connect
+from dbworker.workers import RegisteredWorker
 
 log = logging.getLogger("dbworker")
+
+
+class Held(Protocol):
+    """A claim loop, as far as its leases go: the claims it holds and how to reach its database."""
+
+    @property
+    def worker(self) -> RegisteredWorker: ...
+
+    @property
+    def engine(self) -> Engine: ...
+
+    def held_claims(self) -> list[Claim]: ...
 
 
 class LeaseKeeper:
@@ -27,7 +43,7 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        loops: Sequence[WorkerLoop],
+        loops: Sequence[Held],
         *,
         lease_seconds: float,
         observer: Observer,
@@ -59,7 +75,7 @@ class LeaseKeeper:
             if not failed:
                 errors.reset()
 
-    def renew(self, loop: WorkerLoop) -> bool:
+    def renew(self, loop: Held) -> bool:
         """Renew one loop's running claims; False when the database failed."""
         running = loop.held_claims()
         if not running:

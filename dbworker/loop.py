@@ -14,18 +14,19 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dbworker import child, redact
+from dbworker import child, messages, redact
 from dbworker.backoff import Backoff
 from dbworker.observe import Observer
 from dbworker.pool import Died, Done, EndReason, Pool, Skipped, describe_exit
+from dbworker.settings import Settings
 from dbworker.sql import claims, notify
 from dbworker.sql.dialects import connect
+from dbworker.sweep import Sweep
 from dbworker.workers import RegisteredWorker
 
 log = logging.getLogger("dbworker")
@@ -35,22 +36,6 @@ ERROR_MAX_WAIT = 5.0
 PREFETCH_BELOW_SECONDS = 0.5  # handlers faster than this on average get prefetched items
 PREFETCH_WINDOW_SECONDS = 0.1  # ... as many per slot as fit in this much handler time
 PREFETCH_MAX_PER_SLOT = 16
-# A sweep from the start (a wrap) walks the finished history once: the next one waits at
-# least this many times as long as the last took, so wraps cost at most about 1% of the
-# time whatever the history (100,000 finished items: ~0.1 s on PostgreSQL here).
-WRAP_SPACING = 100
-# Keys of items this loop saw end recently: a notification for one of them is most likely
-# its handler's own write to its row, which needs no claim.
-RECENT_ENDED = 1024
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Timing settings shared by every loop of a coordinator (validated by the coordinator)."""
-
-    lease_seconds: float
-    poll_seconds: float
-    max_poll_seconds: float
 
 
 class Waker:
@@ -107,29 +92,13 @@ class WorkerLoop:
         self._waker = Waker()
         self._stopping = threading.Event()
         self._claim_now = False
-        # Key-order sweep cursor for eligible queries without an order (see claims.claim):
-        # it wraps to the start every max_poll_seconds. One of our items that ends unfinished
-        # or is given back is claimed by key instead (see _claimable_again).
-        self._cursor: Any = None
-        self._wrap_at = 0.0
-        # Between wraps, expired claims (a dead process's items) are looked up through the
-        # lease index every max_poll_seconds and claimed by key: wraps may be far apart.
-        self._expired_at = 0.0
+        # Where claims look (see sweep.py); our own items that end unfinished or are given
+        # back are named there, so they are claimed by key.
+        self.sweep = Sweep(
+            keys_as_text=engine.dialect.name == "postgresql", max_poll_seconds=settings.max_poll_seconds
+        )
         self._queue: collections.deque[claims.Claim] = collections.deque()
         self._queue_lock = threading.Lock()
-        # Source rows to claim by key: named by notifications, or our own items claimable
-        # again. On PostgreSQL their keys' text form (what notifications carry), else values.
-        self._changed: set[Any] = set()
-        self._keys_as_text = engine.dialect.name == "postgresql"
-        self._changed_many = False  # ... more than notify.MAX_NAMED_ROWS of them: sweep instead
-        self._again: set[Any] = set()  # ... of items made claimable again (not handlers' own writes)
-        # A wake-up that named no row (SQLite's commit watcher, a dependency on another row,
-        # any wake-up off PostgreSQL): what changed may lie behind the cursor (see _claim).
-        self._unnamed = False
-        self._wrap_allowed_at = 0.0  # ... when such a wake-up may wrap (see WRAP_SPACING)
-        self._wrap_owed = False  # ... one could not have it yet: due at _wrap_allowed_at
-        self._ended: collections.deque[str] = collections.deque(maxlen=RECENT_ENDED)
-        self._ended_set: set[str] = set()
         self._mean_seconds: float | None = None
         self.thread = threading.Thread(target=self._run, name=f"dbworker-{worker.name}", daemon=True)
 
@@ -150,76 +119,15 @@ class WorkerLoop:
     def wake(self, *keys: str, again: bool = False) -> None:
         """Claim now instead of at the end of the current poll wait.
 
-        ``keys``: source rows that changed, as text (PostgreSQL, where claims take rows by
-        that form; elsewhere the loop sweeps instead); ``again``: their items were made
+        ``keys``: source rows that changed, as text; ``again``: their items were made
         claimable again (given back, or reset after they failed), even if they ended here.
         """
-        if keys and self._keys_as_text:
-            for key in keys:
-                self._name(key, again=again)
-        else:
-            with self._queue_lock:
-                self._unnamed = True
+        self.sweep.wake(keys, again=again)
         self._request_claim()
 
     def _request_claim(self) -> None:
         self._claim_now = True
         self._waker.wake()
-
-    def _name(self, key: Any, *, again: bool = False) -> None:
-        """Have the next claim take ``key``'s row by key (in ``claims.claim``'s form of keys)."""
-        with self._queue_lock:
-            if len(self._changed) < notify.MAX_NAMED_ROWS:
-                self._changed.add(key)
-                if again:
-                    self._again.add(key)
-            else:
-                self._changed_many = True
-
-    def _claimable_again(self, source_id: Any) -> None:
-        """An item that may be claimable again: ours that ended unfinished or was given back,
-        or one whose claim expired.
-
-        It is named for the next claim, wherever the cursor stands. Sweeping from the first
-        row instead would walk the whole finished history once for every such item.
-        """
-        if not self._keys_as_text:
-            self._name(source_id)
-            return
-        key = notify.key_text(source_id)
-        if key is None:
-            self._cursor = None  # no text form to name it by: the next claim sweeps from the start
-            return
-        self._name(key, again=True)
-
-    def _take_changed(self) -> tuple[list[Any], bool]:
-        """Changed rows the sweep would not reach before its next wrap: to claim by key now;
-        and whether a wake-up came that named no row.
-
-        Rows past the cursor are left to the sweep (the usual insert of a new, higher key
-        costs nothing extra). Too many changes at once make this claim sweep from the start.
-        """
-        with self._queue_lock:
-            keys, many, again, unnamed = sorted(self._changed), self._changed_many, self._again, self._unnamed
-            self._changed, self._changed_many, self._again, self._unnamed = set(), False, set(), False
-        if many:
-            self._cursor = None
-        cursor = self._cursor
-        if cursor is None:
-            return [], False  # this claim sweeps from the start: it reaches every row
-        keys = [k for k in keys if k in again or k not in self._ended_set]
-        if isinstance(cursor, int) and not isinstance(cursor, bool):
-            keys = [k for k in keys if not (notify.int_past(k, cursor) if isinstance(k, str) else k > cursor)]
-        return keys, unnamed
-
-    def _note_ended(self, source_id: Any) -> None:
-        key = notify.key_text(source_id)
-        if key is None:
-            return  # no text form to match notifications against
-        if len(self._ended) == self._ended.maxlen:
-            self._ended_set.discard(self._ended[0])
-        self._ended.append(key)
-        self._ended_set.add(key)
 
     @property
     def alive(self) -> bool:
@@ -348,8 +256,7 @@ class WorkerLoop:
                     wait = poll.next() if timed or last_wait is None else last_wait
                     last_wait = wait
                     next_claim, timed = last_trip + wait, True
-                    if self._wrap_owed:
-                        next_claim = min(next_claim, self._wrap_allowed_at)
+                    next_claim = self.sweep.next_claim(next_claim)
             elif now - last_trip >= settings.max_poll_seconds:
                 # No claim is due (all slots busy, or draining): keep the heartbeat honest.
                 try:
@@ -362,38 +269,29 @@ class WorkerLoop:
                     last_trip = time.monotonic() - settings.max_poll_seconds + errors.next()
 
     def _claim(self, limit: int) -> list[claims.Claim]:
-        w = self.worker
+        w, sweep = self.worker, self.sweep
         start = time.perf_counter()
         now = time.monotonic()
-        if now >= self._wrap_at or (self._wrap_owed and now >= self._wrap_allowed_at):
-            self._cursor = None  # sweep from the start now and then (see WRAP_SPACING): lower keys may be ready again
+        sweep.begin(now)
         taken: list[claims.Claim] = []
         with connect(self.engine) as conn:
-            changed, unnamed = self._take_changed()
-            wrapped = self._cursor is None
-            if changed:
-                # Rows named (by notifications, or our own items claimable again) behind the
+            named, unnamed = sweep.take_named()
+            wrapped = sweep.wrapping
+            if named:
+                # Rows named (by wake-ups, or our own items claimable again) behind the
                 # sweep: claimed by key, and handed out before the sweep's own round trip.
-                taken += self._round(conn, limit, changed).taken
+                taken += self._round(conn, limit, named).taken
                 self._enqueue(taken)
             if len(taken) < limit:
                 taken += self._sweep(conn, limit - len(taken))
-            if unnamed and not wrapped and len(taken) < limit and self._cursor is not None:
-                # A wake-up that did not say which row changed, and too little past the
-                # cursor to explain it: the row may lie behind the cursor (enabled there, or
-                # waiting on an item that just ended). Wrap now, or as soon as its cost allows.
-                if now >= self._wrap_allowed_at:
-                    self._cursor = None
-                    taken += self._sweep(conn, limit - len(taken))
-                else:
-                    self._wrap_owed = True
-            if self._cursor is not None and now >= self._expired_at:
+            if unnamed and not wrapped and len(taken) < limit and not sweep.wrapping and sweep.behind(now):
+                taken += self._sweep(conn, limit - len(taken))
+            if sweep.expired_due(now):
                 # After the rounds, so no item waits for this lookup: what it finds is
                 # claimed by key at once, in the next claim.
-                self._expired_at = now + self._settings.max_poll_seconds
                 expired = claims.expired(conn, w.table, notify.MAX_NAMED_ROWS)
                 for source_id in expired:
-                    self._claimable_again(source_id)
+                    sweep.claimable_again(source_id)
                 if expired:
                     self._request_claim()
         seconds = time.perf_counter() - start
@@ -415,21 +313,16 @@ class WorkerLoop:
 
     def _sweep(self, conn: Connection, limit: int) -> list[claims.Claim]:
         """The sweep's next round, from the cursor (None: from the start); moves the cursor."""
-        wrap = self._cursor is None
         rnd = self._round(conn, limit)
-        if rnd.swept and rnd.last_key is not None:
-            self._cursor = rnd.last_key
-        elif rnd.swept and wrap:
-            # Nothing claimable in the whole source: the next claims start at its top
-            # instead of walking it all again. A row committed meanwhile below the top
-            # waits for the next wrap, unless a wake-up names it or looks behind the cursor.
-            self._cursor = claims.top_key(conn, self.worker.key)
+        if rnd.swept and self.sweep.advance(rnd.last_key):
+            self.sweep.at_top(claims.top_key(conn, self.worker.key))
         self._enqueue(rnd.taken)
         return rnd.taken
 
     def _round(self, conn: Connection, limit: int, keys: list[Any] | None = None) -> claims.Round:
         """One claim round trip: of the rows named by ``keys``, else the sweep's next rows."""
         start = time.monotonic()
+        wrap = keys is None and self.sweep.wrapping
         rnd = claims.claim(
             conn,
             table=self.worker.table,
@@ -437,15 +330,11 @@ class WorkerLoop:
             eligible=self.worker.eligible,
             limit=limit,
             lease_seconds=self._settings.lease_seconds,
-            after=self._cursor if keys is None else None,
+            after=self.sweep.cursor if keys is None else None,
             keys=keys,
         )
-        if keys is None and self._cursor is None:
-            now = time.monotonic()
-            self._wrap_allowed_at = now + WRAP_SPACING * (now - start)
-            self._wrap_owed = False
-            self._wrap_at = max(self._wrap_allowed_at, now + self._settings.max_poll_seconds)
-            self._expired_at = now + self._settings.max_poll_seconds  # this wrap saw them
+        if wrap:
+            self.sweep.wrapped(started=start, now=time.monotonic())
         return rnd
 
     def _handle(self, ev: Done | Skipped | Died) -> bool:
@@ -456,31 +345,31 @@ class WorkerLoop:
             outcome = report.outcome
             mean = self._mean_seconds
             self._mean_seconds = report.seconds if mean is None else 0.8 * mean + 0.2 * report.seconds
-            if outcome == child.UNFINISHED:
-                self._claimable_again(ev.claim.source_id)
-            if outcome == child.FAILED:
+            if outcome == messages.UNFINISHED:
+                self.sweep.claimable_again(ev.claim.source_id)
+            if outcome == messages.FAILED:
                 log.warning(
                     "dbworker worker %s: handler failed for item %r: %s",
                     name, ev.claim.source_id, report.summary,
                 )
-            elif outcome == child.LOST:
+            elif outcome == messages.LOST:
                 log.warning(
                     "dbworker worker %s: lost the claim of item %r before its commit; result discarded",
                     name, ev.claim.source_id,
                 )
-            elif outcome == child.RETRY:
+            elif outcome == messages.RETRY:
                 log.warning(
                     "dbworker worker %s: database error in the handler process for item %r: %s; "
                     "the claim is given back", name, ev.claim.source_id, report.summary,
                 )
                 self._observer.db_error(name, operation="complete", error=RuntimeError(report.summary))
                 self._give_back(ev.claim)
-                outcome = child.LOST
+                outcome = messages.LOST
             self._observer.executed(name, outcome=outcome, seconds=report.seconds)
             self._observer.active(name, running=len(self.pool.busy_claims()))
-            if outcome in (child.FINISHED, child.FAILED):
-                self._note_ended(ev.claim.source_id)
-            if outcome in (child.FINISHED, child.UNFINISHED, child.FAILED):
+            if outcome in (messages.FINISHED, messages.FAILED):
+                self.sweep.ended(ev.claim.source_id)
+            if outcome in (messages.FINISHED, messages.UNFINISHED, messages.FAILED):
                 self._on_item_done(name, ev.claim.source_id)
             return True
         if isinstance(ev, Skipped):
@@ -502,7 +391,7 @@ class WorkerLoop:
             return False
         if ev.ended is EndReason.ABORTED:
             self._give_back(ev.claim)
-            self._observer.executed(name, outcome="aborted", seconds=None)
+            self._observer.executed(name, outcome=messages.ABORTED, seconds=None)
         else:
             error = f"handler process died: {describe_exit(ev.exitcode)}"
             log.warning("dbworker worker %s: item %r failed: %s", name, ev.claim.source_id, error)
@@ -511,7 +400,7 @@ class WorkerLoop:
                     claims.fail(conn, self.worker.table, ev.claim, error)
             except Exception as exc:
                 self._db_error("complete", exc)
-            self._observer.executed(name, outcome="crashed", seconds=None)
+            self._observer.executed(name, outcome=messages.CRASHED, seconds=None)
         self._observer.active(name, running=len(self.pool.busy_claims()))
         return False
 
@@ -523,7 +412,7 @@ class WorkerLoop:
         """
         released = []
         for claim in given:
-            self._claimable_again(claim.source_id)
+            self.sweep.claimable_again(claim.source_id)
             try:
                 with connect(self.engine) as conn:
                     if claims.release(conn, self.worker.table, claim):

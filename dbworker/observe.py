@@ -1,4 +1,4 @@
-"""Events the scheduler, pool and lease keeper report, for metrics, health and tests.
+"""Events the claim loop, pool and lease keeper report, for metrics, health and tests.
 
 An observer receives plain calls from the coordinator's threads; it must be quick and
 thread-safe. The library itself never depends on what an observer does with them.
@@ -9,8 +9,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
+from dbworker import messages
+
 # Execution outcomes as reported to observers (and used as metric label values).
-OUTCOMES = ("finished", "unfinished", "failed", "crashed", "lost", "aborted")
+OUTCOMES = messages.OUTCOMES
 # Database operations whose errors are reported.
 OPERATIONS = ("claim", "renew", "complete", "backlog")
 # Lease renewal results.

@@ -5,9 +5,10 @@ running and, for short handlers, one more already handed over ("pending"), so th
 starts its next item without waiting for the coordinator. A pending item is taken back
 (the process answers "skipped") on a stop, or when the item ahead of it runs longer than
 ``recall_after`` seconds, so no item waits behind a long one. The pool only moves
-processes and messages; what an outcome means for the database is the scheduler's
-business. Slots that die are replaced; a slot that keeps dying before it is ready is
-respawned with a growing delay so a broken application cannot spin the CPU.
+processes and messages (the pipe protocol is ``messages``'); what an outcome means for
+the database is the loop's business. Slots that die are replaced; a slot that keeps dying
+before it is ready is respawned with a growing delay so a broken application cannot spin
+the CPU.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from dbworker import child
+from dbworker import child, messages
 from dbworker.backoff import Backoff
 from dbworker.sql.claims import Claim
 
@@ -59,7 +60,7 @@ class Slot:
 @dataclass(frozen=True)
 class Done:
     claim: Claim
-    report: child.Report
+    report: messages.Report
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,7 @@ class Pool:
             conn = slot.conn
         assert conn is not None
         try:
-            conn.send(("run", claim.source_id, claim.token))
+            conn.send(messages.run(claim.source_id, claim.token))
         except OSError:
             pass  # it died just now; wait() reports the death with this claim
 
@@ -209,7 +210,7 @@ class Pool:
     def _send_cancels(self, sends: list[tuple[Connection, str]]) -> None:
         for conn, token in sends:
             try:
-                conn.send(("cancel", token))
+                conn.send(messages.cancel(token))
             except OSError:
                 pass  # it died: wait() reports the death with the pending claim
 
@@ -264,12 +265,12 @@ class Pool:
             return False
 
     def _on_message(self, slot: Slot, message: tuple[Any, ...]) -> list[Event]:
-        if message[0] == "ready":
+        if message[0] == messages.READY:
             with self._lock:
                 slot.state = State.IDLE
             self._respawn[slot.index].reset()
             return []
-        if message[0] == "skipped":  # maybe before the result of the item ahead of it
+        if message[0] == messages.SKIPPED:  # maybe before the result of the item ahead of it
             skipped: Claim | None
             with self._lock:
                 if slot.pending is not None and slot.pending.token == message[1]:
@@ -283,7 +284,7 @@ class Pool:
             claim = slot.claim
             slot.claim, slot.pending, slot.since = slot.pending, None, time.monotonic()
             slot.state = State.BUSY if slot.claim is not None else State.IDLE
-        report: child.Report = message[1]
+        report: messages.Report = message[1]
         assert claim is not None and claim.token == report.token
         return [Done(claim, report)]
 
@@ -327,7 +328,7 @@ class Pool:
         for s in slots:
             if s.conn is not None and s.state is not State.DEAD:
                 try:
-                    s.conn.send(None)
+                    s.conn.send(messages.STOP)
                 except OSError:
                     pass
         deadline = time.monotonic() + timeout

@@ -376,9 +376,8 @@ def test_wake_ups_that_name_no_row_wrap_only_as_often_as_a_wrap_costs(
     app.add("finish", ready=False)
     c.start()
     wait_until(lambda: rounds.all >= 1, what="the first claim")
-    [loop] = c._loops
     for n in range(2, 7):
-        loop.wake()
+        c.wake()
         wait_until(lambda n=n: rounds.all >= n, what=f"claim {n}")
     assert rounds.from_start == 1
 

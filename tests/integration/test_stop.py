@@ -16,7 +16,7 @@ from tests.integration.conftest import App
 
 
 def _children(app: App) -> list[int]:
-    return [pid for c in app.coordinators for loop in c._loops for pid in loop.pool.pids()]
+    return [pid for c in app.coordinators for pid in c.handler_pids()]
 
 
 def test_stop_waits_for_running_handlers(app: App, tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ def build() -> Coordinator:
 
 
 def registered(c: Coordinator) -> list[Any]:
-    return list(c._registry.values())
+    return c.registrations()
 
 
 def test_eligible_queries_name_the_workers_they_wait_for() -> None:

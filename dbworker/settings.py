@@ -1,0 +1,53 @@
+"""The coordinator's timing settings and their one validation.
+
+Every entry point that accepts a lease or poll setting (the constructor, ``configure``,
+the command's flags and variables) checks it here, naming the field it came from, so the
+rules and their messages live once. Nothing here touches a database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+FIELDS = ("lease_seconds", "poll_seconds", "max_poll_seconds")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Timing settings shared by every loop of a coordinator (built by ``settings()``)."""
+
+    lease_seconds: float
+    poll_seconds: float
+    max_poll_seconds: float
+
+
+def check_seconds(value: object, *, field: str) -> float:
+    """``value`` as a positive number of seconds; ``ValueError`` naming ``field`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{field} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def check_order(poll_seconds: float, max_poll_seconds: float, *, poll_field: str = "poll_seconds",
+                max_field: str = "max_poll_seconds") -> None:  # fmt: skip
+    """``ValueError`` when the longest poll wait is below the first one."""
+    if max_poll_seconds < poll_seconds:
+        raise ValueError(
+            f"{max_field} ({max_poll_seconds:g}) must be >= {poll_field} ({poll_seconds:g}): the "
+            f"wait after an empty poll doubles from {poll_field} up to {max_field}"
+        )
+
+
+def settings(lease_seconds: object, poll_seconds: object, max_poll_seconds: object, *,
+             fields: Mapping[str, str] | None = None) -> Settings:  # fmt: skip
+    """Validated settings; ``fields`` renames fields in messages (e.g. to a flag's name)."""
+    names = {name: (fields or {}).get(name, name) for name in FIELDS}
+    built = Settings(
+        lease_seconds=check_seconds(lease_seconds, field=names["lease_seconds"]),
+        poll_seconds=check_seconds(poll_seconds, field=names["poll_seconds"]),
+        max_poll_seconds=check_seconds(max_poll_seconds, field=names["max_poll_seconds"]),
+    )
+    check_order(built.poll_seconds, built.max_poll_seconds, poll_field=names["poll_seconds"],
+                max_field=names["max_poll_seconds"])  # fmt: skip
+    return built
