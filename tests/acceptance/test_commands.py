@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -101,47 +102,66 @@ def test_retry_ids_and_all_failed(appdb: AppDb) -> None:
 
 
 @pytest.mark.parametrize(
-    ("args", "env", "expected"),
+    ("args", "env", "reason", "expected"),
     [
         (
             ["run", APP, "--worker", "nope"],
             {},
+            "UnknownWorker",
             "dbworker: unknown worker 'nope' (--worker); known workers: main, other",
         ),
         (
             ["run", APP],
             {"DBWORKER_WORKER": "main,x"},
+            "UnknownWorker",
             "dbworker: unknown worker 'x' (DBWORKER_WORKER); known workers: main, other",
         ),
         (
             ["run", "tests.acceptance.nosuchapp:coordinator"],
             {},
+            "BadInput",
             "dbworker: cannot import module 'tests.acceptance.nosuchapp'",
         ),
         (
             ["run", "tests.acceptance.app:Task"],
             {},
+            "BadInput",
             "dbworker: 'tests.acceptance.app:Task' is a DeclarativeAttributeIntercept, not a dbworker.Coordinator",
         ),
         (
             ["run", APP, "--concurrency", "main"],
             {},
+            "BadInput",
             "dbworker: malformed --concurrency 'main'; expected NAME=N with N >= 1",
         ),
         (
             ["run", APP, "--concurrency", "nope=2"],
             {},
+            "UnknownWorker",
             "dbworker: unknown worker 'nope' in --concurrency; known workers: main, other",
+        ),
+        (
+            ["run", APP, "--drain-seconds", "soon"],
+            {},
+            "BadInput",
+            "dbworker: --drain-seconds 'soon' is not a number",
+        ),
+        (
+            ["inspect", APP, "--bogus"],
+            {},
+            "BadInput",
+            "dbworker: unrecognized arguments: --bogus",
         ),
         (
             ["migrate", APP],
             {"DATABASE_URL": ""},
+            "BadInput",
             "dbworker: getting 'tests.acceptance.app:coordinator' failed",
         ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
-    tmp_path: Path, args: list[str], env: dict[str, str], expected: str
+    tmp_path: Path, args: list[str], env: dict[str, str], reason: str, expected: str
 ) -> None:
     term = tmp_path / "termination-log"
     term.write_text("")
@@ -151,17 +171,43 @@ def test_bad_input_is_one_line_and_exit_2(
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and r.stderr.startswith(expected), r.stderr
     assert "Traceback" not in r.stderr
-    assert term.read_text() == r.stderr
+    # The same line, with the reason token the operator reads instead of the English text.
+    assert term.read_text() == f"dbworker[{reason}]: " + r.stderr.removeprefix("dbworker: ")
 
 
 def test_no_password_in_errors(tmp_path: Path) -> None:
+    term = tmp_path / "termination-log"
+    term.write_text("")
     r = run_command(
         ["migrate", APP],
         database_url="postgresql+psycopg://app:hunter2secret@127.0.0.1:1/nowhere",
+        env={"DBWORKER_TERMINATION_LOG": str(term)},
     )
     assert r.returncode == 3
     assert r.stderr.startswith("dbworker: database unreachable:") and r.stderr.count("\n") == 1
-    assert "hunter2secret" not in r.stderr + r.stdout
+    assert term.read_text() == "dbworker[DatabaseUnreachable]: " + r.stderr.removeprefix(
+        "dbworker: "
+    )
+    assert "hunter2secret" not in r.stderr + r.stdout + term.read_text()
+
+
+def test_migrate_needs_no_pod_extra(sqlite_db: AppDb) -> None:
+    """Only `run` imports prometheus_client; an init container without the extra can migrate."""
+    without_extra = (
+        "import sys; sys.modules['prometheus_client'] = None; "  # any import of it now fails
+        "from dbworker.pod import cli; raise SystemExit(cli.main())"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", without_extra, "migrate", APP],
+        cwd=ROOT,
+        env=_env(sqlite_db.url, None),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        start_new_session=True,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "work tables up to date: main_work, other_work" in r.stdout
 
 
 def test_missing_work_tables_are_named_with_the_fix(appdb: AppDb, tmp_path: Path) -> None:
