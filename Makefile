@@ -31,7 +31,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.run
 
 crd: $(STAMP)
-	$(PY) -m dbworker_operator.crd --write
+	$(PY) -m dbworker_operator.generate --write
 
 clean:
 	rm -rf $(VENV)

@@ -10,7 +10,9 @@ import re
 
 from sqlalchemy.engine import URL, make_url
 
-_URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.\-]*://[^:/@\s]*:)(?P<pw>[^@\s]+)(?P<tail>@)")
+# The password runs to the last "@" of the URL (greedy): an unencoded "@" inside it must not
+# leave its tail readable; masking a little of what follows is the safe side.
+_URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.\-]*://[^:/@\s]*:)(?P<pw>\S+)(?P<tail>@)")
 _KEYWORD_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)(?P<pw>'[^']*'|\"[^\"]*\"|[^\s&]+)", re.I)
 
 

@@ -1,8 +1,9 @@
-"""A Worker's status (counts, backlog, Ready/Progressing/Degraded) from what was observed.
+"""A Worker's status (counts, backlog, Ready/Progressing/Degraded) and its Events, from what was observed.
 
-Pure: handlers gather the observations (spec parse result, Secret check, Deployment, pods,
-scraped backlog); this module decides what they mean and which fix a message names.
-Messages never carry secret values: pod messages pass through ``redact``.
+Pure: handlers gather the observations (spec parse result, Secret, Deployment, pods, scraped
+backlog, what was applied) and apply and post what this module decides: which problem a
+reason names, which fix a message names, the status to write and the Events to post.
+Messages never carry secret values: pod and API texts pass through ``redact``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from dbworker_operator import kinds, labels, redact
+from dbworker_operator.builders import owned
+from dbworker_operator.spec import WorkerSpec
 
 READY = "Ready"
 PROGRESSING = "Progressing"
@@ -22,20 +27,31 @@ IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImag
 # Exit codes of the `dbworker` command (see its contract).
 EXIT_BAD_INPUT = 2
 EXIT_DATABASE_UNREACHABLE = 3
+# Reason tokens of the `dbworker` command's termination-log line, `dbworker[<token>]: <message>`.
+TOKEN_UNKNOWN_WORKER = "UnknownWorker"
+TOKEN_BAD_INPUT = "BadInput"
+TOKEN_DATABASE_UNREACHABLE = "DatabaseUnreachable"
+TOKEN_UNEXPECTED = "Unexpected"
+TOKENS = frozenset({TOKEN_UNKNOWN_WORKER, TOKEN_BAD_INPUT, TOKEN_DATABASE_UNREACHABLE, TOKEN_UNEXPECTED})
+# Without a token (a log tail, or a line from a `dbworker` without tokens) the exit code decides.
+_TOKEN_OF_EXIT_CODE = {EXIT_BAD_INPUT: TOKEN_BAD_INPUT, EXIT_DATABASE_UNREACHABLE: TOKEN_DATABASE_UNREACHABLE}
 
-_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
-
-
-def redact(text: str, *, limit: int = 500) -> str:
-    """``text`` with any URL password replaced by ***, cut to ``limit`` characters."""
-    text = _URL_PASSWORD.sub(r"\1***@", text.strip())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+_TERMINATION_LINE = re.compile(r"^dbworker\[(?P<token>[A-Za-z]+)\]:[ \t]*(?P<text>.*)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
 class Problem:
     """Why a Worker is Degraded: a CamelCase reason and a message that names the fix."""
 
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Event:
+    """A core/v1 Event to post about a Worker (type Normal or Warning)."""
+
+    type: str
     reason: str
     message: str
 
@@ -57,6 +73,108 @@ class Observed:
     monitoring_requested: bool = False
     previous: Sequence[Mapping[str, Any]] = field(default_factory=list)
     now: str = ""
+    image: str = ""  # spec.image, named by image-pull problems
+
+
+@dataclass(frozen=True)
+class Termination:
+    """A container's last exit as the `dbworker` command reports it."""
+
+    code: int | None
+    token: str | None  # the command's reason token; None when the message carries none
+    message: str  # masked; a tokened line reads as the command's stderr line, `dbworker: <message>`
+
+
+# ---- problems the handler finds ---------------------------------------------------------
+
+
+def invalid_spec(error: Exception) -> Problem:
+    """The spec got past the CRD but the operator cannot build from it (``spec.SpecError``)."""
+    return Problem("InvalidSpec", f"{error}")
+
+
+def secret_problem(spec: WorkerSpec, secret: Mapping[str, Any] | None) -> Problem | None:
+    """What is wrong with the database Secret as read (None: it does not exist), or None."""
+    ref = "spec.database.urlSecretRef"
+    name, key, namespace = spec.secret.name, spec.secret.key, spec.namespace
+    if secret is None:
+        return Problem(
+            "SecretNotFound",
+            f"Secret {name!r} not found in namespace {namespace!r}: create it with the "
+            f"database URL under key {key!r} (kubectl -n {namespace} create secret generic "
+            f"{name} --from-literal={key}=<url>) or fix {ref}.name")
+    if key not in (secret.get("data") or {}) and key not in (secret.get("stringData") or {}):
+        return Problem(
+            "SecretKeyMissing",
+            f"Secret {name!r} has no key {key!r}: add the database URL under that key or fix {ref}.key")
+    return None
+
+
+def name_conflict(error: Exception) -> Problem:
+    """A same-named object belongs to someone else (``kube.NotOwned``, whose message names the fix)."""
+    return Problem("NameConflict", str(error))
+
+
+def apply_failed(kind: kinds.Kind, name: str, message: str) -> Problem:
+    """The API server rejected an owned object; ``message`` is its explanation."""
+    return Problem("ApplyFailed", f"the API server rejected {kind.kind} {name}: {redact.message(message)}")
+
+
+def autoscaling_problem(spec: WorkerSpec | None, capabilities: kinds.Capabilities) -> Problem | None:
+    """Why the requested autoscaling cannot be active, or None (fine, or not requested)."""
+    if spec is None or spec.autoscaling is None or capabilities.keda:
+        return None
+    return Problem(
+        "KEDANotInstalled", "spec.autoscaling is set but KEDA is not installed (no keda.sh/v1alpha1 "
+        "ScaledObject API): install KEDA or remove spec.autoscaling; replicas stay at spec.replicas")
+
+
+def monitoring_problem(spec: WorkerSpec | None, capabilities: kinds.Capabilities) -> Problem | None:
+    """Why the requested PodMonitor cannot be active, or None (fine, or not requested)."""
+    if spec is None or not spec.pod_monitor or capabilities.pod_monitors:
+        return None
+    return Problem(
+        "PrometheusOperatorNotInstalled", "spec.metrics.podMonitor is true but the Prometheus Operator is "
+        "not installed (no monitoring.coreos.com/v1 PodMonitor API): install it or set podMonitor: false")
+
+
+# ---- what was observed --------------------------------------------------------------------
+
+
+def desired_replicas(spec: WorkerSpec | None, capabilities: kinds.Capabilities,
+                     deployment: Mapping[str, Any] | None) -> int:
+    """The pod count the Worker is measured against: KEDA's while it scales, else the spec's;
+    without a usable spec, whatever the Deployment asks for."""
+    deployment_replicas = int(((deployment or {}).get("spec") or {}).get("replicas") or 0)
+    if spec is None:
+        return deployment_replicas
+    if owned.scaled_by_keda(spec, capabilities) and deployment is not None:
+        return deployment_replicas
+    return spec.replicas
+
+
+def observe(body: Mapping[str, Any], *, spec: WorkerSpec | None, capabilities: kinds.Capabilities,
+            problems: Sequence[Problem], deployment: Mapping[str, Any] | None,
+            pods: Sequence[Mapping[str, Any]], backlog: int | None, now: str) -> Observed:
+    """The ``Observed`` of one reconcile of the Worker ``body`` (spec None: it did not parse)."""
+    meta = body.get("metadata") or {}
+    previous = body.get("status") or {}
+    return Observed(
+        generation=int(meta.get("generation") or 0),
+        desired_replicas=desired_replicas(spec, capabilities, deployment),
+        selector=labels.selector_string(str(meta.get("name") or "")),
+        deployment=deployment,
+        pods=pods,
+        backlog=backlog,
+        problems=problems,
+        autoscaling=autoscaling_problem(spec, capabilities),
+        autoscaling_requested=spec is not None and spec.autoscaling is not None,
+        monitoring=monitoring_problem(spec, capabilities),
+        monitoring_requested=spec is not None and spec.pod_monitor,
+        previous=list(previous.get("conditions") or []),
+        now=now,
+        image=spec.image if spec else "",
+    )
 
 
 def _statuses(pod: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
@@ -64,6 +182,29 @@ def _statuses(pod: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]
     for key in ("initContainerStatuses", "containerStatuses"):
         for item in status.get(key) or []:
             yield key, item
+
+
+def termination(terminated: Mapping[str, Any]) -> Termination:
+    """Read a ``terminated`` container state: exit code, the command's reason token, masked message.
+
+    The token comes from the last `dbworker[<token>]: ...` line of the message; a message
+    without one (a log tail, a `dbworker` that writes no token) keeps its text, and the exit
+    code decides.
+    """
+    code = terminated.get("exitCode")
+    raw = str(terminated.get("message") or "")
+    lines = list(_TERMINATION_LINE.finditer(raw))
+    if not lines:
+        return Termination(code if isinstance(code, int) else None, None, redact.message(raw))
+    last = lines[-1]
+    return Termination(code if isinstance(code, int) else None, last["token"],
+                       redact.message(f"dbworker: {last['text']}"))
+
+
+def _exit_token(last_exit: Termination) -> str | None:
+    if last_exit.token in TOKENS:
+        return last_exit.token
+    return _TOKEN_OF_EXIT_CODE.get(last_exit.code) if last_exit.code is not None else None
 
 
 def pod_problems(pods: Iterable[Mapping[str, Any]], *, image: str) -> list[Problem]:
@@ -83,35 +224,39 @@ def pod_problems(pods: Iterable[Mapping[str, Any]], *, image: str) -> list[Probl
             # The last exit; for an init container that failed once, the current state holds it.
             terminated = (item.get("lastState") or {}).get("terminated") or \
                 (state.get("terminated") if kind == "initContainerStatuses" else None) or {}
-            code = terminated.get("exitCode")
-            message = redact(str(terminated.get("message") or ""))
+            last_exit = termination(terminated)
+            code, message = last_exit.code, last_exit.message
+            token = _exit_token(last_exit)
             if reason in IMAGE_PULL_REASONS:
                 found.append(Problem("ImagePullFailed",
                                      f"{where} cannot pull image {image!r} ({reason}): fix spec.image, or "
                                      "spec.imagePullSecrets if the registry needs credentials"))
             elif reason == "CreateContainerConfigError":
-                detail = redact(str(waiting.get("message") or ""))
+                detail = redact.message(str(waiting.get("message") or ""))
                 found.append(Problem("ContainerConfigError",
                                      f"{where} cannot start: {detail}: check spec.database.urlSecretRef, "
                                      "spec.env/envFrom, and that the image runs as a non-root numeric user"))
-            elif code == EXIT_BAD_INPUT and "unknown worker" in message:
+            elif token == TOKEN_UNKNOWN_WORKER:
                 found.append(Problem("UnknownWorker",
-                                     f"{where} exited with code 2: {message}: fix spec.workers and "
+                                     f"{where} exited with code {code}: {message}: fix spec.workers and "
                                      "spec.concurrency to use names the application registers"))
-            elif code == EXIT_BAD_INPUT:
+            elif token == TOKEN_BAD_INPUT:
                 found.append(Problem("BadConfiguration",
-                                     f"{where} exited with code 2: {message or 'see kubectl logs'}: "
+                                     f"{where} exited with code {code}: {message or 'see kubectl logs'}: "
                                      "check spec.app (MODULE:ATTR inside the image) and the spec's settings"))
-            elif code == EXIT_DATABASE_UNREACHABLE:
+            elif token == TOKEN_DATABASE_UNREACHABLE:
                 found.append(Problem("DatabaseUnreachable",
-                                     f"{where} exited with code 3: {message or 'database unreachable'}: check the "
-                                     "URL in the Secret named by spec.database.urlSecretRef and that the "
-                                     "database accepts connections from the pods"))
+                                     f"{where} exited with code {code}: {message or 'database unreachable'}: "
+                                     "check the URL in the Secret named by spec.database.urlSecretRef and "
+                                     "that the database accepts connections from the pods"))
             elif reason == "CrashLoopBackOff":
                 found.append(Problem("CrashLoopBackOff",
                                      f"{where} is crash-looping (last exit code {code}): "
                                      f"{message or 'see kubectl logs --previous'}"))
     return found
+
+
+# ---- the status and the Events ------------------------------------------------------------
 
 
 def _condition(ctype: str, status: bool, reason: str, message: str, observed: Observed) -> dict[str, Any]:
@@ -125,7 +270,7 @@ def _condition(ctype: str, status: bool, reason: str, message: str, observed: Ob
             "lastTransitionTime": since, "observedGeneration": observed.generation}
 
 
-def status(observed: Observed, *, image: str = "") -> dict[str, Any]:
+def status(observed: Observed) -> dict[str, Any]:
     """The Worker's whole ``status`` for ``observed``."""
     dstatus = (observed.deployment or {}).get("status") or {}
     dmeta = (observed.deployment or {}).get("metadata") or {}
@@ -140,7 +285,7 @@ def status(observed: Observed, *, image: str = "") -> dict[str, Any]:
         and updated >= want and replicas == want and available >= want
     )
 
-    problems = [*observed.problems, *pod_problems(observed.pods, image=image)]
+    problems = [*observed.problems, *pod_problems(observed.pods, image=observed.image)]
     degraded = problems[0] if problems else None
     conditions = [
         _condition(DEGRADED, degraded is not None,
@@ -189,3 +334,32 @@ def changed(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     """True when ``new`` differs from ``old`` in anything but kopf's bookkeeping."""
     old = {k: v for k, v in (old or {}).items() if k != "kopf"}
     return dict(old) != dict(new)
+
+
+def status_patch(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The merge patch of ``status`` taking ``previous`` to ``new``, or None when nothing changed."""
+    patch = dict(new)
+    if "backlog" not in patch and "backlog" in previous:
+        patch["backlog"] = None  # merge-patch removal: no pod answered, so no number is honest
+    return patch if changed(previous, patch) else None
+
+
+def degraded(status: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The Degraded condition of ``status`` when it is True, else None."""
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == DEGRADED and cond.get("status") == "True":
+            return dict(cond)
+    return None
+
+
+def events(previous: Mapping[str, Any], new: Mapping[str, Any], changes: Iterable[str]) -> list[Event]:
+    """The Events for one reconcile, each once: objects applied (``changes``), Degraded raised or
+    changed (Warning, its reason and message), Degraded cleared (Normal ``Recovered``)."""
+    found = [Event("Normal", "Applied", change) for change in changes]
+    old, now = degraded(previous), degraded(new)
+    if now is not None and (old is None or (old.get("reason"), old.get("message")) !=
+                            (now.get("reason"), now.get("message"))):
+        found.append(Event("Warning", str(now.get("reason")), str(now.get("message"))))
+    elif now is None and old is not None:
+        found.append(Event("Normal", "Recovered", f"no longer degraded ({old.get('reason')})"))
+    return found

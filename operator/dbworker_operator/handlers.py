@@ -18,7 +18,16 @@ from typing import Any
 import aiohttp
 import kopf
 
-from dbworker_operator import conditions, crd, deletion_cost, drift, labels, leadership, scrape
+from dbworker_operator import (
+    conditions,
+    crd,
+    deletion_cost,
+    drift,
+    kinds,
+    labels,
+    leadership,
+    scrape,
+)
 from dbworker_operator import kube as kubeapi
 from dbworker_operator import spec as specs
 from dbworker_operator.builders import owned
@@ -30,7 +39,7 @@ from dbworker_operator.metrics import OperatorMetrics
 registry = kopf.OperatorRegistry()
 logger = logging.getLogger("dbworker_operator")
 
-WORKER = owned.Kind(crd.API_VERSION, crd.KIND, crd.PLURAL, optional=False)
+WORKER = kinds.WORKER
 SETTINGS_PREFIX = "dbworker.dev"
 
 
@@ -95,20 +104,20 @@ async def cleanup(memo: Any, **_: Any) -> None:
         await runtime.scraper.close()
 
 
-@kopf.on.resume(crd.GROUP, crd.VERSION, crd.PLURAL, registry=registry)
-@kopf.on.create(crd.GROUP, crd.VERSION, crd.PLURAL, registry=registry)
-@kopf.on.update(crd.GROUP, crd.VERSION, crd.PLURAL, field="spec", registry=registry)
+@kopf.on.resume(WORKER.group, WORKER.version, WORKER.plural, registry=registry)
+@kopf.on.create(WORKER.group, WORKER.version, WORKER.plural, registry=registry)
+@kopf.on.update(WORKER.group, WORKER.version, WORKER.plural, field="spec", registry=registry)
 async def worker_changed(body: kopf.Body, reason: str, memo: Any, **_: Any) -> None:
     await reconcile(_runtime(memo), _plain(body), trigger=str(reason))
 
 
-@kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": labels.MANAGED_BY},
-               registry=registry)
+@kopf.on.event(kinds.DEPLOYMENT.group, kinds.DEPLOYMENT.version, kinds.DEPLOYMENT.plural,
+               labels={"app.kubernetes.io/managed-by": labels.MANAGED_BY}, registry=registry)
 async def deployment_event(body: kopf.Body, memo: Any, **_: Any) -> None:
     """An owned Deployment changed (rollout progress, someone's edit) or was deleted."""
     runtime = _runtime(memo)
     for ref in body.get("metadata", {}).get("ownerReferences") or []:
-        if ref.get("kind") == crd.KIND and str(ref.get("apiVersion", "")).startswith(crd.GROUP + "/"):
+        if ref.get("kind") == WORKER.kind and str(ref.get("apiVersion", "")).startswith(WORKER.group + "/"):
             worker = await runtime.client().get(WORKER, body["metadata"]["namespace"], ref["name"])
             if worker is not None and worker["metadata"].get("uid") == ref.get("uid"):
                 await reconcile(runtime, worker, trigger="deployment")
@@ -171,32 +180,21 @@ async def reconcile(runtime: Runtime, body: dict[str, Any], *, trigger: str) -> 
 
 
 async def _check_secret(kube: Kube, spec: specs.WorkerSpec) -> conditions.Problem | None:
+    """Read the database Secret and say what is wrong with it; None when fine or not readable."""
     try:
         secret = await kube.get_secret(spec.namespace, spec.secret.name)
     except KubeError as exc:
         if exc.status == 403:  # not allowed to look: the pods will tell
             return None
         raise
-    ref = "spec.database.urlSecretRef"
-    if secret is None:
-        return conditions.Problem(
-            "SecretNotFound",
-            f"Secret {spec.secret.name!r} not found in namespace {spec.namespace!r}: create it with the "
-            f"database URL under key {spec.secret.key!r} (kubectl -n {spec.namespace} create secret generic "
-            f"{spec.secret.name} --from-literal={spec.secret.key}=<url>) or fix {ref}.name")
-    if spec.secret.key not in (secret.get("data") or {}) and spec.secret.key not in (secret.get("stringData") or {}):
-        return conditions.Problem(
-            "SecretKeyMissing",
-            f"Secret {spec.secret.name!r} has no key {spec.secret.key!r}: add the database URL under that "
-            f"key or fix {ref}.key")
-    return None
+    return conditions.secret_problem(spec, secret)
 
 
-async def _apply_all(kube: Kube, body: Mapping[str, Any], spec: specs.WorkerSpec, caps: owned.Capabilities,
+async def _apply_all(kube: Kube, body: Mapping[str, Any], spec: specs.WorkerSpec, caps: kinds.Capabilities,
                      deployment: dict[str, Any] | None, runtime: Runtime
                      ) -> tuple[dict[str, Any] | None, list[str], list[conditions.Problem]]:
-    # ``deployment`` is what exists now; the applied one replaces it in the result.
     """Create, restore or delete every owned object; returns the Deployment, what changed, problems."""
+    # ``deployment`` is what exists now; the applied one replaces it in the result.
     uid = body["metadata"]["uid"]
     changes: list[str] = []
     problems: list[conditions.Problem] = []
@@ -211,16 +209,15 @@ async def _apply_all(kube: Kube, body: Mapping[str, Any], spec: specs.WorkerSpec
                 continue
             applied = await kube.apply(kind, owned.owned_by(manifest, body), owner_uid=uid,
                                        on_create=owned.initial_fields(kind, spec, caps))
-            if kind is owned.DEPLOYMENT:
+            if kind is kinds.DEPLOYMENT:
                 deployment = applied.obj
             if applied.action != "unchanged":
                 changes.append(f"{applied.action.capitalize()} {kind.kind} {spec.name}")
                 runtime.metrics.objects_applied.labels(applied.action).inc()
         except NotOwned as exc:
-            problems.append(conditions.Problem("NameConflict", str(exc)))
+            problems.append(conditions.name_conflict(exc))
         except KubeError as exc:
-            problems.append(conditions.Problem(
-                "ApplyFailed", f"the API server rejected {kind.kind} {spec.name}: {conditions.redact(exc.message)}"))
+            problems.append(conditions.apply_failed(kind, spec.name, exc.message))
     return deployment, changes, problems
 
 
@@ -267,94 +264,50 @@ async def _reconcile(runtime: Runtime, body: dict[str, Any]) -> None:
     try:
         spec = specs.parse(body)
     except specs.SpecError as exc:
-        problems.append(conditions.Problem("InvalidSpec", f"{exc}"))
-    caps = owned.Capabilities(keda=await kube.serves(owned.SCALED_OBJECT),
-                              pod_monitors=await kube.serves(owned.POD_MONITOR))
+        problems.append(conditions.invalid_spec(exc))
+    caps = kinds.Capabilities(keda=await kube.serves(kinds.SCALED_OBJECT),
+                              pod_monitors=await kube.serves(kinds.POD_MONITOR))
     if spec is not None:
         secret_problem = await _check_secret(kube, spec)
         if secret_problem is not None:
             problems.append(secret_problem)
 
-    deployment = await kube.get(owned.DEPLOYMENT, namespace, name)
+    deployment = await kube.get(kinds.DEPLOYMENT, namespace, name)
     changes: list[str] = []
     # All or nothing: with a known problem, leave what runs alone rather than half-apply.
     if spec is not None and not problems:
         deployment, changes, apply_problems = await _apply_all(kube, body, spec, caps, deployment, runtime)
         problems.extend(apply_problems)
 
-    autoscaling_problem = monitoring_problem = None
-    if spec is not None and spec.autoscaling is not None and not caps.keda:
-        autoscaling_problem = conditions.Problem(
-            "KEDANotInstalled", "spec.autoscaling is set but KEDA is not installed (no keda.sh/v1alpha1 "
-            "ScaledObject API): install KEDA or remove spec.autoscaling; replicas stay at spec.replicas")
-    if spec is not None and spec.pod_monitor and not caps.pod_monitors:
-        monitoring_problem = conditions.Problem(
-            "PrometheusOperatorNotInstalled", "spec.metrics.podMonitor is true but the Prometheus Operator is "
-            "not installed (no monitoring.coreos.com/v1 PodMonitor API): install it or set podMonitor: false")
-
     pods = await kube.list_pods(namespace, labels.selector_string(name))
     port = spec.metrics_port if spec else crd.DEFAULT_METRICS_PORT
     backlog = await _scrape(runtime, pods, port)
 
-    if spec is not None and owned.scaled_by_keda(spec, caps) and deployment is not None:
-        desired_replicas = int((deployment.get("spec") or {}).get("replicas") or 0)
-    elif spec is not None:
-        desired_replicas = spec.replicas
-    else:
-        desired_replicas = int(((deployment or {}).get("spec") or {}).get("replicas") or 0)
-
+    observed = conditions.observe(body, spec=spec, capabilities=caps, problems=problems, deployment=deployment,
+                                  pods=pods, backlog=backlog, now=_now())
     previous = body.get("status") or {}
-    observed = conditions.Observed(
-        generation=int(meta.get("generation") or 0),
-        desired_replicas=desired_replicas,
-        selector=labels.selector_string(name),
-        deployment=deployment,
-        pods=pods,
-        backlog=backlog,
-        problems=problems,
-        autoscaling=autoscaling_problem,
-        autoscaling_requested=spec is not None and spec.autoscaling is not None,
-        monitoring=monitoring_problem,
-        monitoring_requested=spec is not None and spec.pod_monitor,
-        previous=list(previous.get("conditions") or []),
-        now=_now(),
-    )
-    status = conditions.status(observed, image=spec.image if spec else "")
-    if "backlog" not in status and "backlog" in previous:
-        status["backlog"] = None  # merge-patch removal: no pod answered, so no number is honest
-    if conditions.changed(previous, status):
-        await kube.patch_status(WORKER, namespace, name, status)
-    await _report(runtime, body, previous, status, changes)
+    status = conditions.status(observed)
+    patch = conditions.status_patch(previous, status)
+    if patch is not None:
+        await kube.patch_status(WORKER, namespace, name, patch)
+    await _report(runtime, body, conditions.events(previous, status, changes),
+                  degraded=conditions.degraded(status) is not None)
 
 
-def _degraded(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == conditions.DEGRADED and cond.get("status") == "True":
-            return dict(cond)
-    return None
-
-
-async def _report(runtime: Runtime, body: Mapping[str, Any], previous: Mapping[str, Any],
-                  status: Mapping[str, Any], changes: list[str]) -> None:
-    """Events for what changed (objects applied, Degraded raised or cleared), once each."""
+async def _report(runtime: Runtime, body: Mapping[str, Any], events: list[conditions.Event], *,
+                  degraded: bool) -> None:
+    """Post ``events`` and keep the count of degraded Workers current."""
     key = (body["metadata"]["namespace"], body["metadata"]["name"])
-    events: list[tuple[str, str, str]] = [("Normal", "Applied", change) for change in changes]
-    old, new = _degraded(previous), _degraded(status)
-    if new is not None and (old is None or (old.get("reason"), old.get("message")) !=
-                            (new.get("reason"), new.get("message"))):
-        events.append(("Warning", str(new.get("reason")), str(new.get("message"))))
-    elif new is None and old is not None:
-        events.append(("Normal", "Recovered", f"no longer degraded ({old.get('reason')})"))
-    if new is None:
-        runtime.degraded.discard(key)
-    else:
+    if degraded:
         runtime.degraded.add(key)
+    else:
+        runtime.degraded.discard(key)
     runtime.metrics.degraded.set(len(runtime.degraded))
-    for type_, reason, message in events:
-        log = logger.warning if type_ == "Warning" else logger.info
-        log("Worker %s/%s: %s: %s", *key, reason, message)
+    for event in events:
+        log = logger.warning if event.type == "Warning" else logger.info
+        log("Worker %s/%s: %s: %s", *key, event.reason, event.message)
         try:
-            await runtime.client().post_event(body, type_=type_, reason=reason, message=message,
+            await runtime.client().post_event(body, type_=event.type, reason=event.reason, message=event.message,
                                               instance=runtime.config.identity)
         except (KubeError, OSError) as exc:  # an Event is a courtesy; the status already says it
             logger.debug("could not post event: %s", exc)

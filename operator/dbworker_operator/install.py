@@ -1,14 +1,15 @@
-"""The operator's own install manifests for users without Helm: RBAC, peering object, Deployment.
+"""The operator's own install: its RBAC rules, and for users without Helm its RBAC objects,
+peering object and Deployment.
 
-Data only, written to ``operator/manifests/`` by ``python -m dbworker_operator.crd --write``
-beside the CRDs, so the raw manifests and the chart share one set of RBAC rules (crd.py).
+Data only. generate.py writes the rules into the chart (``files/rbac-rules.yaml``) and these
+manifests into ``operator/manifests/``, so the raw manifests and the chart share one set of rules.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from dbworker_operator import __version__, crd
+from dbworker_operator import __version__, kinds
 
 NAMESPACE = "dbworker-system"
 NAME = "dbworker-operator"
@@ -23,13 +24,39 @@ def _meta(name: str, *, namespaced: bool = True) -> dict[str, Any]:
     return meta
 
 
+def rbac_rules() -> list[dict[str, Any]]:
+    """The operator's PolicyRules: exactly what kopf, handlers.py and kube.py touch, nothing more."""
+    watch = ["get", "list", "watch"]  # what kopf needs for a resource it watches
+    own = ["get", "create", "patch", "delete"]  # kube.apply and the deletion of dropped features
+    worker = kinds.WORKER
+    return [
+        {"apiGroups": [worker.group], "resources": [worker.plural], "verbs": [*watch, "patch"]},
+        {"apiGroups": [worker.group], "resources": [f"{worker.plural}/status"], "verbs": ["get", "patch"]},
+        # Owner references with blockOwnerDeletion need `update` on the owner's finalizers.
+        {"apiGroups": [worker.group], "resources": [f"{worker.plural}/finalizers"], "verbs": ["update"]},
+        {"apiGroups": [kinds.DEPLOYMENT.group], "resources": [kinds.DEPLOYMENT.plural],
+         "verbs": [*watch, "create", "patch", "delete"]},
+        *({"apiGroups": [kind.group], "resources": [kind.plural], "verbs": own}
+          for kind in (kinds.PDB, kinds.SCALED_OBJECT, kinds.POD_MONITOR)),
+        # Pods: read state and termination messages, set the pod-deletion-cost annotation.
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "patch"]},
+        # Secrets: only `get`, to say "Secret x has no key y" before pods fail on it.
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+        # kopf follows namespaces and CRDs to know what it can watch.
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": watch},
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": watch},
+        {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings", "clusterkopfpeerings"], "verbs": [*watch, "patch"]},
+    ]
+
+
 def rbac() -> list[dict[str, Any]]:
-    """Namespace, ServiceAccount, ClusterRole (crd.rbac_rules) and its binding."""
+    """Namespace, ServiceAccount, ClusterRole (``rbac_rules``) and its binding."""
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(NAMESPACE, namespaced=False)},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME)},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": _meta(NAME, namespaced=False), "rules": crd.rbac_rules()},
+         "metadata": _meta(NAME, namespaced=False), "rules": rbac_rules()},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
          "metadata": _meta(NAME, namespaced=False),
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},

@@ -19,8 +19,7 @@ from typing import Any, Literal
 import aiohttp
 import kopf
 
-from dbworker_operator import drift
-from dbworker_operator.builders.owned import Kind
+from dbworker_operator import drift, kinds
 
 MERGE_PATCH = "application/merge-patch+json"
 DISCOVERY_TTL_SECONDS = 60.0
@@ -159,7 +158,7 @@ class Kube:
                                 str(payload.get("message") or ""))
             return payload if isinstance(payload, dict) else {}
 
-    async def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get(self, kind: kinds.Kind, namespace: str, name: str) -> dict[str, Any] | None:
         return await self._call("GET", object_path(kind.api_version, kind.plural, namespace, name))
 
     async def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -172,7 +171,7 @@ class Kube:
     async def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         await self._call("PATCH", object_path("v1", "pods", namespace, name), body=patch, content_type=MERGE_PATCH)
 
-    async def list_objects(self, kind: Kind, namespace: str | None) -> list[dict[str, Any]]:
+    async def list_objects(self, kind: kinds.Kind, namespace: str | None) -> list[dict[str, Any]]:
         """Every object of ``kind`` in ``namespace`` (None: all namespaces)."""
         result = await self._call("GET", object_path(kind.api_version, kind.plural, namespace))
         items = list((result or {}).get("items") or [])
@@ -181,7 +180,7 @@ class Kube:
             item.setdefault("kind", kind.kind)
         return items
 
-    async def patch_status(self, kind: Kind, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+    async def patch_status(self, kind: kinds.Kind, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         path = object_path(kind.api_version, kind.plural, namespace, name, "status")
         await self._call("PATCH", path, body={"status": dict(status)}, content_type=MERGE_PATCH)
 
@@ -207,12 +206,12 @@ class Kube:
         }
         await self._call("POST", object_path("v1", "events", meta["namespace"]), body=event)
 
-    async def delete(self, kind: Kind, namespace: str, name: str) -> bool:
+    async def delete(self, kind: kinds.Kind, namespace: str, name: str) -> bool:
         """Delete an object; False when it was already gone."""
         path = object_path(kind.api_version, kind.plural, namespace, name)
         return await self._call("DELETE", path, body={"propagationPolicy": "Background"}) is not None
 
-    async def serves(self, kind: Kind) -> bool:
+    async def serves(self, kind: kinds.Kind) -> bool:
         """Whether the cluster serves ``kind`` (API discovery, cached for a minute)."""
         now = time.monotonic()
         cached = self._discovery.get(kind.api_version)
@@ -227,7 +226,7 @@ class Kube:
             self._discovery[kind.api_version] = cached
         return kind.plural in cached[1]
 
-    async def apply(self, kind: Kind, manifest: Mapping[str, Any], *, owner_uid: str,
+    async def apply(self, kind: kinds.Kind, manifest: Mapping[str, Any], *, owner_uid: str,
                     on_create: Mapping[str, Any] | None = None) -> Applied:
         """Create ``manifest`` (plus ``on_create`` fields) or restore the fields it sets;
         never touches objects others own.

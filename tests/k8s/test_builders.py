@@ -6,13 +6,13 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from dbworker_operator import labels, spec
+from dbworker_operator import kinds, labels, spec
 from dbworker_operator.builders import autoscaling, deployment, disruption, monitoring, owned
 
 from tests.k8s import samples
 
 K8S_VERSION = "1.33"
-ALL = owned.Capabilities(keda=True, pod_monitors=True)
+ALL = kinds.Capabilities(keda=True, pod_monitors=True)
 
 
 # Field names of the add-on kinds kubernetes-validate has no schema for (KEDA v2 ScaledObject,
@@ -160,17 +160,17 @@ def test_pod_monitor_and_budget() -> None:
 
 def test_desired_follows_capabilities_and_leaves_replicas_to_keda() -> None:
     parsed = spec.parse(samples.full())
-    none = owned.desired(parsed, owned.Capabilities())
-    assert set(none) == {owned.DEPLOYMENT, owned.PDB}
-    plain_dep = none[owned.DEPLOYMENT]
+    none = owned.desired(parsed, kinds.Capabilities())
+    assert set(none) == {kinds.DEPLOYMENT, kinds.PDB}
+    plain_dep = none[kinds.DEPLOYMENT]
     assert plain_dep is not None and plain_dep["spec"]["replicas"] == 3
-    keda_dep = owned.desired(parsed, ALL)[owned.DEPLOYMENT]
+    keda_dep = owned.desired(parsed, ALL)[kinds.DEPLOYMENT]
     assert keda_dep is not None and "replicas" not in keda_dep["spec"]
-    assert owned.initial_fields(owned.DEPLOYMENT, parsed, ALL) == {"spec": {"replicas": 2}}  # the minimum
-    assert owned.initial_fields(owned.DEPLOYMENT, parsed, owned.Capabilities()) == {}
-    assert owned.initial_fields(owned.PDB, parsed, ALL) == {}
+    assert owned.initial_fields(kinds.DEPLOYMENT, parsed, ALL) == {"spec": {"replicas": 2}}  # the minimum
+    assert owned.initial_fields(kinds.DEPLOYMENT, parsed, kinds.Capabilities()) == {}
+    assert owned.initial_fields(kinds.PDB, parsed, ALL) == {}
     plain = owned.desired(spec.parse(samples.minimal()), ALL)
-    assert plain[owned.SCALED_OBJECT] is None and plain[owned.POD_MONITOR] is None and plain[owned.PDB] is None
+    assert plain[kinds.SCALED_OBJECT] is None and plain[kinds.POD_MONITOR] is None and plain[kinds.PDB] is None
 
 
 def test_owner_reference_points_at_the_worker() -> None:

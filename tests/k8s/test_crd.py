@@ -10,7 +10,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from dbworker_operator import crd
+from dbworker_operator import crd, generate, install
 
 from tests.k8s import samples
 
@@ -118,14 +118,14 @@ def test_cel_rules_accept_their_edges() -> None:
 
 
 def test_committed_generated_files_are_current() -> None:
-    stale = [str(path.relative_to(ROOT)) for path, text in crd.generated_files(ROOT).items()
+    stale = [str(path.relative_to(ROOT)) for path, text in generate.generated_files(ROOT).items()
              if not path.exists() or path.read_text() != text]
-    assert not stale, f"regenerate with `make crd` (python -m dbworker_operator.crd --write): {stale}"
+    assert not stale, f"regenerate with `make crd` (python -m dbworker_operator.generate --write): {stale}"
 
 
 def test_write_cli_writes_every_generated_file(tmp_path: Path) -> None:
-    assert crd.main(["--write", "--root", str(tmp_path)]) == 0
-    for path, text in crd.generated_files(tmp_path).items():
+    assert generate.main(["--write", "--root", str(tmp_path)]) == 0
+    for path, text in generate.generated_files(tmp_path).items():
         assert path.read_text() == text
     crds = list(yaml.safe_load_all((tmp_path / "operator/manifests/peering-crds.yaml").read_text()))
     assert {c["spec"]["names"]["kind"] for c in crds} == {"KopfPeering", "ClusterKopfPeering"}
@@ -137,14 +137,12 @@ def test_write_cli_writes_every_generated_file(tmp_path: Path) -> None:
 
 
 def test_install_manifests_are_valid_and_use_the_generated_rules() -> None:
-    from dbworker_operator import install
-
     documents = [*install.rbac(), *install.deployment()]
     for doc in documents:
         if doc["kind"] != "ClusterKopfPeering":  # a kopf CRD kind: no schema to check against
             kubernetes_validate.validate(doc, "1.33", strict=True)
     role = next(d for d in documents if d["kind"] == "ClusterRole")
-    assert role["rules"] == crd.rbac_rules()
+    assert role["rules"] == install.rbac_rules()
     pod = next(d for d in documents if d["kind"] == "Deployment")["spec"]["template"]["spec"]
     env = {e["name"] for e in pod["containers"][0]["env"]}
     assert {"DBWORKER_OPERATOR_NAMESPACES", "DBWORKER_OPERATOR_PEERING", "DBWORKER_OPERATOR_LIVENESS_PORT",

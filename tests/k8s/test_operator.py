@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from dbworker_operator import crd
+from dbworker_operator import install
 
 from tests.k8s.emulator import running
 from tests.k8s.harness import (
@@ -164,13 +164,15 @@ def test_unknown_worker_reported_by_a_pod_degrades(op: Operator) -> None:
     op.secret("delta-db", {"url": "sqlite:///x"})
     op.worker("delta", workers=["resize"])
     op.wait(lambda: op.get(f"{DEPLOYMENTS}/delta"), "the Deployment")
-    message = "dbworker: unknown worker 'resize' (--worker); known workers: hash, compare"
+    # The `dbworker` command's termination-log line: its reason token, then its stderr message.
+    message = "dbworker[UnknownWorker]: unknown worker 'resize' (--worker); known workers: hash, compare\n"
     op.create(PODS, pod("delta-abc-1", "delta", "127.0.0.9", ready=False,
                          state={"waiting": {"reason": "CrashLoopBackOff"}},
                          lastState={"terminated": {"exitCode": 2, "message": message}}))
     op.wait(lambda: (op.condition("delta", "Degraded") or {}).get("reason") == "UnknownWorker", "UnknownWorker")
-    assert "known workers: hash, compare" in (op.condition("delta", "Degraded") or {})["message"]
-    assert "spec.workers" in (op.condition("delta", "Degraded") or {})["message"]
+    degraded = (op.condition("delta", "Degraded") or {})["message"]
+    assert "exited with code 2: dbworker: unknown worker 'resize'" in degraded
+    assert "known workers: hash, compare" in degraded and "spec.workers" in degraded
 
 
 def test_image_that_never_pulls_degrades_and_names_the_fix(op: Operator) -> None:
@@ -241,4 +243,4 @@ def test_operator_metrics_count_reconciles_without_errors(op: Operator) -> None:
 def test_every_api_call_is_allowed_by_the_generated_rbac_rules(op: Operator) -> None:
     calls = op.api_calls()
     assert ("dbworker.dev", "workers", "watch") in calls
-    assert not_allowed(calls, crd.rbac_rules()) == set()
+    assert not_allowed(calls, install.rbac_rules()) == set()

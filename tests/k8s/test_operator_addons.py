@@ -11,7 +11,7 @@ import functools
 from collections.abc import Iterator
 
 import pytest
-from dbworker_operator import crd
+from dbworker_operator import install
 
 from tests.k8s.emulator import running
 from tests.k8s.harness import DEPLOYMENTS, NS, WORKERS, Operator, admission, not_allowed
@@ -90,4 +90,4 @@ def test_only_the_higher_priority_replica_acts(ops: tuple[Operator, Operator]) -
 
 def test_every_api_call_is_allowed_by_the_generated_rbac_rules(ops: tuple[Operator, Operator]) -> None:
     for op in ops:
-        assert not_allowed(op.api_calls(), crd.rbac_rules()) == set()
+        assert not_allowed(op.api_calls(), install.rbac_rules()) == set()

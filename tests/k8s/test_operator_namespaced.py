@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
-from dbworker_operator import crd
+from dbworker_operator import install
 
 from tests.k8s import samples
 from tests.k8s.emulator import running
@@ -30,7 +30,7 @@ def test_only_watched_namespaces_are_reconciled(tmp_path: Path) -> None:
             op.wait(lambda: op.resync_passes() > passes + 2, "a few resync passes")
             assert op.get("/apis/apps/v1/namespaces/other/deployments/elsewhere") is None
             assert "status" not in (op.get("/apis/dbworker.dev/v1alpha1/namespaces/other/workers/elsewhere") or {})
-            assert not_allowed(op.api_calls(), crd.rbac_rules()) == set()
+            assert not_allowed(op.api_calls(), install.rbac_rules()) == set()
         finally:
             op.stop()
         assert not op.error_lines(), "\n".join(op.error_lines())

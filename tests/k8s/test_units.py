@@ -10,9 +10,11 @@ from dbworker_operator import (
     config,
     deletion_cost,
     drift,
+    kinds,
     labels,
     leadership,
     metrics,
+    redact,
     scrape,
     spec,
 )
@@ -86,20 +88,79 @@ def test_pod_problems_name_the_fix() -> None:
     found = conditions.pod_problems([
         _pod("a", waiting="ImagePullBackOff"),
         _pod("b", waiting="CrashLoopBackOff", code=2,
-             message="dbworker: unknown worker 'resize' (--worker); known workers: hash, compare"),
+             message="dbworker[UnknownWorker]: unknown worker 'resize' (--worker); known workers: hash, compare\n"),
         _pod("c", waiting="CrashLoopBackOff", code=3,
-             message="dbworker: database unreachable: postgresql://app:hunter2@db/app"),
+             message="dbworker[DatabaseUnreachable]: database unreachable: postgresql://app:hunter2@db/app"),
         _pod("d", waiting="CreateContainerConfigError"),
-        _pod("e", waiting="CrashLoopBackOff", code=1, message="boom"),
-        _pod("f", code=2, message="dbworker: cannot import 'x'", init=True, waiting="CrashLoopBackOff"),
+        _pod("e", waiting="CrashLoopBackOff", code=1, message="dbworker[Unexpected]: unexpected error: boom"),
+        _pod("f", code=2, message="dbworker[BadInput]: cannot import 'x'", init=True, waiting="CrashLoopBackOff"),
     ], image="img:1")
     reasons = [p.reason for p in found]
     assert reasons == ["ImagePullFailed", "UnknownWorker", "DatabaseUnreachable", "ContainerConfigError",
                        "CrashLoopBackOff", "BadConfiguration"]
     assert "spec.image" in found[0].message
     assert "spec.workers" in found[1].message and "known workers: hash, compare" in found[1].message
+    # A tokened line reads as the command's stderr line: the token is the operator's, not the user's.
+    assert "exited with code 2: dbworker: unknown worker 'resize'" in found[1].message
     assert "hunter2" not in found[2].message and "app:***@db" in found[2].message
-    assert "spec.app" in found[5].message
+    assert "last exit code 1): dbworker: unexpected error: boom" in found[4].message
+    assert "spec.app" in found[5].message and "dbworker: cannot import 'x'" in found[5].message
+
+
+def test_unknown_worker_is_matched_by_token_not_by_text() -> None:
+    [by_token] = conditions.pod_problems(
+        [_pod("a", waiting="CrashLoopBackOff", code=2, message="dbworker[UnknownWorker]: no such name 'x'")],
+        image="i")
+    [by_text] = conditions.pod_problems(
+        [_pod("a", waiting="CrashLoopBackOff", code=2, message="dbworker: unknown worker 'x'")], image="i")
+    assert (by_token.reason, by_text.reason) == ("UnknownWorker", "BadConfiguration")
+
+
+@pytest.mark.parametrize(("code", "message", "reason"), [
+    (2, "dbworker: cannot import 'x'", "BadConfiguration"),
+    (3, "dbworker: database unreachable: timeout", "DatabaseUnreachable"),
+    (3, "", "DatabaseUnreachable"),
+    (1, "Traceback (most recent call last):\n  ...\nKeyError: 'x'", "CrashLoopBackOff"),
+    (2, "dbworker[SomethingNew]: a reason this operator does not know", "BadConfiguration"),
+])
+def test_a_line_without_a_known_token_falls_back_on_the_exit_code(code: int, message: str, reason: str) -> None:
+    [found] = conditions.pod_problems([_pod("a", waiting="CrashLoopBackOff", code=code, message=message)],
+                                      image="i")
+    assert found.reason == reason
+
+
+def test_the_token_line_is_found_in_a_log_tail() -> None:
+    tail = ('{"level": "INFO", "message": "starting"}\n'
+            "dbworker[DatabaseUnreachable]: database unreachable: connection refused\n")
+    last = conditions.termination({"exitCode": 3, "message": tail})
+    assert last == conditions.Termination(3, "DatabaseUnreachable", "dbworker: database unreachable: connection refused")
+    plain = conditions.termination({"exitCode": 2, "message": " dbworker: bad --concurrency \n"})
+    assert plain == conditions.Termination(2, None, "dbworker: bad --concurrency")
+
+
+def test_the_operator_reads_every_reason_the_command_writes() -> None:
+    """The contract between the pods and the operator: the `dbworker` command's own termination line."""
+    termination = pytest.importorskip("dbworker.pod.termination")
+    assert set(termination.REASONS) == conditions.TOKENS
+    line = termination.termination_line("unknown worker 'resize' (--worker)", termination.UNKNOWN_WORKER)
+    last = conditions.termination({"exitCode": termination.EXIT_USAGE, "message": line + "\n"})
+    assert (last.token, last.message) == ("UnknownWorker", termination.stderr_line("unknown worker 'resize' (--worker)"))
+
+
+def test_pod_messages_never_carry_passwords() -> None:
+    tail = ('{"level": "ERROR", "message": "connect failed: postgresql://app:p@ss@db.media.svc/app"}\n'
+            "psycopg.OperationalError: connection failed: password=hunter2 host=db\n"
+            "dbworker[DatabaseUnreachable]: database unreachable: mysql+pymysql://root:a@b:c@db:3306/app")
+    [found] = conditions.pod_problems([_pod("a", waiting="CrashLoopBackOff", code=3, message=tail)], image="i")
+    assert "***@db:3306/app" in found.message and "a@b" not in found.message and "b:c" not in found.message
+    masked = redact.message(tail)
+    for secret in ("hunter2", "p@ss", "ss@db", "a@b:c"):
+        assert secret not in masked, secret
+    assert "password=***" in masked and "app:***@db.media.svc/app" in masked
+    waiting = _pod("b", waiting="CreateContainerConfigError")
+    waiting["status"]["containerStatuses"][0]["state"]["waiting"]["message"] = "bad env password=hunter2"
+    [config_error] = conditions.pod_problems([waiting], image="i")
+    assert "hunter2" not in config_error.message and "password=***" in config_error.message
 
 
 def test_recovered_containers_are_not_problems() -> None:
@@ -156,8 +217,78 @@ def test_transition_time_kept_while_status_holds() -> None:
 
 
 def test_redact_hides_passwords_and_bounds_length() -> None:
-    assert conditions.redact("x mysql+pymysql://root:s3cret@db:3306/app y") == "x mysql+pymysql://root:***@db:3306/app y"
-    assert len(conditions.redact("a" * 2000)) == 500
+    assert redact.message("x mysql+pymysql://root:s3cret@db:3306/app y") == "x mysql+pymysql://root:***@db:3306/app y"
+    assert redact.message("password=hunter2") == "password=***"
+    assert redact.message("  postgresql://app:p@ss@db/app \n") == "postgresql://app:***@db/app"
+    assert len(redact.message("a" * 2000)) == redact.MESSAGE_LIMIT == 500
+    # Masked before it is cut: a URL cut at its password is never left half-masked.
+    long = "x" * 480 + " postgresql://app:hunter2@db/app"
+    assert "hunter" not in redact.message(long) and redact.message(long).endswith("...")
+
+
+def test_apply_failures_are_masked() -> None:
+    problem = conditions.apply_failed(kinds.DEPLOYMENT, "w", "env value postgresql://app:hunter2@db/app invalid")
+    assert problem.reason == "ApplyFailed" and "hunter2" not in problem.message
+    assert problem.message.startswith("the API server rejected Deployment w: ")
+
+
+def test_secret_problems_name_the_fix() -> None:
+    parsed = spec.parse(samples.minimal())
+    missing = conditions.secret_problem(parsed, None)
+    assert missing is not None and missing.reason == "SecretNotFound" and "create secret generic imgdedup-db" in missing.message
+    no_key = conditions.secret_problem(parsed, {"data": {"other": "eA=="}})
+    assert no_key is not None and no_key.reason == "SecretKeyMissing" and "spec.database.urlSecretRef.key" in no_key.message
+    assert conditions.secret_problem(parsed, {"data": {"url": "eA=="}}) is None
+    assert conditions.secret_problem(parsed, {"stringData": {"url": "x"}}) is None
+
+
+def test_observe_decides_the_replicas_and_the_add_on_conditions() -> None:
+    body = samples.with_spec(samples.minimal(), replicas=3, metrics={"podMonitor": True},
+                             autoscaling={"minReplicas": 1, "maxReplicas": 5})
+    body["status"] = {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "then"}]}
+    parsed = spec.parse(body)
+    keda_dep = {"spec": {"replicas": 4}}
+    bare = conditions.observe(body, spec=parsed, capabilities=kinds.Capabilities(), problems=(),
+                              deployment=keda_dep, pods=(), backlog=None, now="now")
+    assert bare.desired_replicas == 3  # no KEDA: the spec's count
+    assert bare.autoscaling is not None and bare.autoscaling.reason == "KEDANotInstalled"
+    assert bare.monitoring is not None and bare.monitoring.reason == "PrometheusOperatorNotInstalled"
+    assert (bare.generation, bare.image, bare.previous) == (1, "registry.example/imgdedup:1.0",
+                                                            body["status"]["conditions"])
+    assert bare.selector == labels.selector_string("imgdedup")
+    everything = kinds.Capabilities(keda=True, pod_monitors=True)
+    scaled = conditions.observe(body, spec=parsed, capabilities=everything, problems=(), deployment=keda_dep,
+                                pods=(), backlog=None, now="now")
+    assert scaled.desired_replicas == 4 and scaled.autoscaling is None and scaled.monitoring is None
+    assert scaled.autoscaling_requested and scaled.monitoring_requested
+    unparsed = conditions.observe(body, spec=None, capabilities=everything,
+                                  problems=[conditions.invalid_spec(spec.SpecError("spec.app: bad"))],
+                                  deployment=keda_dep, pods=(), backlog=None, now="now")
+    assert unparsed.desired_replicas == 4 and not unparsed.autoscaling_requested and unparsed.image == ""
+    assert unparsed.problems[0] == conditions.Problem("InvalidSpec", "spec.app: bad")
+    assert conditions.desired_replicas(None, everything, None) == 0
+
+
+def test_status_patch_removes_a_backlog_no_pod_reported() -> None:
+    previous = conditions.status(_observed(deployment=_deployment(2), backlog=7))
+    assert conditions.status_patch(previous, previous) is None
+    assert conditions.status_patch({**previous, "kopf": {"x": 1}}, previous) is None
+    silent = conditions.status(_observed(deployment=_deployment(2)))
+    assert conditions.status_patch(previous, silent) == {**silent, "backlog": None}
+    assert conditions.status_patch(silent, silent) is None
+
+
+def test_events_say_what_changed_once() -> None:
+    fine = conditions.status(_observed(deployment=_deployment(2)))
+    bad = conditions.status(_observed(deployment=_deployment(2),
+                                      problems=[conditions.Problem("SecretNotFound", "create it")]))
+    assert conditions.events(fine, fine, ["Created Deployment w"]) == [
+        conditions.Event("Normal", "Applied", "Created Deployment w")]
+    assert conditions.events(fine, bad, []) == [conditions.Event("Warning", "SecretNotFound", "create it")]
+    assert conditions.events(bad, bad, []) == []
+    assert conditions.events(bad, fine, []) == [
+        conditions.Event("Normal", "Recovered", "no longer degraded (SecretNotFound)")]
+    assert conditions.degraded(bad) is not None and conditions.degraded(fine) is None
 
 
 # ---- scraping and deletion cost ------------------------------------------------------------

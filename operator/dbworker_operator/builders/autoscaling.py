@@ -8,11 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dbworker_operator import labels
+from dbworker_operator import kinds, labels
 from dbworker_operator.spec import WorkerSpec
-
-API_VERSION = "keda.sh/v1alpha1"
-KIND = "ScaledObject"
 
 
 def backlog_query(spec: WorkerSpec) -> str:
@@ -27,11 +24,12 @@ def build(spec: WorkerSpec) -> dict[str, Any] | None:
         return None
     scaling = spec.autoscaling
     return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
+        "apiVersion": kinds.SCALED_OBJECT.api_version,
+        "kind": kinds.SCALED_OBJECT.kind,
         "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": labels.common(spec.name)},
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": spec.name},
+            "scaleTargetRef": {"apiVersion": kinds.DEPLOYMENT.api_version, "kind": kinds.DEPLOYMENT.kind,
+                               "name": spec.name},
             "minReplicaCount": scaling.min_replicas,
             "maxReplicaCount": scaling.max_replicas,
             "pollingInterval": 15,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dbworker_operator import labels
+from dbworker_operator import kinds, labels
 from dbworker_operator.spec import WorkerSpec
 
 CONTAINER = "worker"
@@ -140,8 +140,8 @@ def pod_spec(spec: WorkerSpec) -> dict[str, Any]:
 def build(spec: WorkerSpec, *, replicas: int | None) -> dict[str, Any]:
     """The Deployment for ``spec``; ``replicas=None`` leaves the count to an autoscaler."""
     deployment: dict[str, Any] = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
+        "apiVersion": kinds.DEPLOYMENT.api_version,
+        "kind": kinds.DEPLOYMENT.kind,
         "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": labels.common(spec.name)},
         "spec": {
             "selector": {"matchLabels": labels.selector(spec.name)},

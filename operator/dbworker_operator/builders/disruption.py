@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dbworker_operator import labels
+from dbworker_operator import kinds, labels
 from dbworker_operator.spec import WorkerSpec
 
 
@@ -25,8 +25,8 @@ def build(spec: WorkerSpec) -> dict[str, Any] | None:
     else:
         pdb_spec["maxUnavailable"] = budget.max_unavailable
     return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
+        "apiVersion": kinds.PDB.api_version,
+        "kind": kinds.PDB.kind,
         "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": labels.common(spec.name)},
         "spec": pdb_spec,
     }

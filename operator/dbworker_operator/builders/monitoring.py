@@ -7,12 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from dbworker_operator import labels
+from dbworker_operator import kinds, labels
 from dbworker_operator.builders.deployment import METRICS_PORT_NAME
 from dbworker_operator.spec import WorkerSpec
-
-API_VERSION = "monitoring.coreos.com/v1"
-KIND = "PodMonitor"
 
 
 def build(spec: WorkerSpec) -> dict[str, Any] | None:
@@ -20,8 +17,8 @@ def build(spec: WorkerSpec) -> dict[str, Any] | None:
     if not spec.pod_monitor:
         return None
     return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
+        "apiVersion": kinds.POD_MONITOR.api_version,
+        "kind": kinds.POD_MONITOR.kind,
         "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": labels.common(spec.name)},
         "spec": {
             "selector": {"matchLabels": labels.selector(spec.name)},
