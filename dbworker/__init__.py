@@ -1,11 +1,34 @@
 """dbworker: background work on your application's own SQL database.
 
-The public names below are the contract (SPEC.md); everything else may change.
+The public names below are the contract (SPEC.md) and what was added beside it (retries,
+``Unfinished(after=)``); everything else may change.
 """
 
-from dbworker.contract import ExecutionStatus, Finished, Outcome, Unfinished
+from dbworker.contract import (
+    ExecutionStatus,
+    Finished,
+    Handler,
+    LostClaim,
+    Outcome,
+    Unfinished,
+    now,
+)
 from dbworker.coordinator import Coordinator
+from dbworker.retries import Retry
+from dbworker.sql.claims import Claim
 
 __version__ = "0.1.0"
 
-__all__ = ["Coordinator", "ExecutionStatus", "Finished", "Outcome", "Unfinished", "__version__"]
+__all__ = [
+    "Claim",
+    "Coordinator",
+    "ExecutionStatus",
+    "Finished",
+    "Handler",
+    "LostClaim",
+    "Outcome",
+    "Retry",
+    "Unfinished",
+    "__version__",
+    "now",
+]

@@ -6,7 +6,9 @@ the package builds on these names and nothing here imports the rest of the packa
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
+import math
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
@@ -21,7 +23,31 @@ class Finished:
 
 @dataclass(frozen=True)
 class Unfinished:
-    """This call is done and more work remains: the item may be claimed again when eligible."""
+    """This call is done and more work remains: the item may be claimed again when eligible.
+
+    ``after`` (seconds, or a ``timedelta``): not claimable again before that much time has
+    passed on the database's clock. ``Unfinished()`` may be claimed again at once.
+    """
+
+    after: float | dt.timedelta | None = None
+
+    def __post_init__(self) -> None:
+        after = self.after
+        if isinstance(after, dt.timedelta):
+            after = after.total_seconds()
+        if after is not None and (
+            isinstance(after, bool) or not isinstance(after, int | float) or not math.isfinite(after) or after < 0
+        ):
+            raise ValueError(
+                f"Unfinished(after=...) must be seconds >= 0 or a timedelta, got {self.after!r}"
+            )
+
+    @property
+    def after_seconds(self) -> float | None:
+        """``after`` in seconds (None: claimable again at once)."""
+        if isinstance(self.after, dt.timedelta):
+            return self.after.total_seconds()
+        return None if self.after is None else float(self.after)
 
 
 Outcome: TypeAlias = Finished | Unfinished
@@ -34,6 +60,17 @@ class ExecutionStatus(enum.StrEnum):
     UNFINISHED = "unfinished"
     FINISHED = "finished"
     FAILED = "failed"
+
+
+class LostClaim(RuntimeError):
+    """The item's claim is no longer this process's (its lease expired and another took it,
+    or it was cancelled): the handler's writes were rolled back and its result discarded.
+    """
+
+
+def now() -> dt.datetime:
+    """The current time as dbworker stores it: naive UTC."""
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 class Handler(Protocol):
