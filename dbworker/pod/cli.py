@@ -19,7 +19,7 @@ from dbworker.pod import admin, app, termination
 from dbworker.pod import options as opts
 from dbworker.pod import shutdown as shutdowns
 
-log = logging.getLogger("dbworker.pod.cli")
+log = logging.getLogger("dbworker.cli")  # the command's logger name (log lines show it)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,6 +53,8 @@ def _main(args: list[str]) -> int:
         return admin.migrate(options, coordinator)
     if options.command == "inspect":
         return admin.inspect(options, coordinator)
+    if options.command == "cancel":
+        return admin.cancel(options, coordinator)
     return admin.retry(options, coordinator)
 
 

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from dbworker import observe, redact
 
-log = logging.getLogger("dbworker.pod.metrics")
+log = logging.getLogger("dbworker.metrics")
 
 # Handler runs span milliseconds (no-op items) to an hour (batch jobs); without the long
 # buckets everything slow lands in +Inf and the histogram says nothing.
@@ -58,8 +58,16 @@ class WorkerMetrics(observe.Observer):
         self.executions = Counter(
             "dbworker_executions",
             "Handler executions by outcome: finished, unfinished, failed, crashed (the "
-            "handler process died), lost (claim lost before commit), aborted (drain deadline).",
+            "handler process died), timed_out (ran past the worker's timeout), retried (the "
+            "attempt failed and the worker's Retry tries again later), lost (claim lost before "
+            "commit), aborted (drain deadline). Final failures: failed, crashed, timed_out.",
             ["worker", "outcome"],
+            registry=registry,
+        )
+        self.attempts = Counter(
+            "dbworker_attempts",
+            "Handler invocations (attempts), retries included.",
+            ["worker"],
             registry=registry,
         )
         self.handler_duration = Histogram(
@@ -137,6 +145,7 @@ class WorkerMetrics(observe.Observer):
                 if worker not in self._touched:
                     self._touched.add(worker)
                     self.claims.labels(worker)
+                    self.attempts.labels(worker)
                     self.leases_taken_over.labels(worker)
                     self.claim_duration.labels(worker)
                     self.handlers_active.labels(worker)
@@ -172,6 +181,7 @@ class WorkerMetrics(observe.Observer):
 
     def executed(self, worker: str, *, outcome: str, seconds: float | None) -> None:
         self.executions.labels(worker, outcome).inc()
+        self.attempts.labels(worker).inc()
         if seconds is not None:
             self.handler_duration.labels(worker, outcome).observe(max(seconds, 0.0))
 

@@ -18,7 +18,7 @@ from dbworker.pod import app, health, httpserver, metrics, termination
 from dbworker.pod import options as opts
 from dbworker.pod import shutdown as shutdowns
 
-log = logging.getLogger("dbworker.pod.cli")  # the name the command has always logged under
+log = logging.getLogger("dbworker.cli")  # the command's logger name (log lines show it)
 
 
 def command(

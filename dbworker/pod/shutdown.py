@@ -18,7 +18,7 @@ from typing import Protocol
 
 from dbworker import redact
 
-log = logging.getLogger("dbworker.pod.shutdown")
+log = logging.getLogger("dbworker.signals")
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # After an abort the coordinator ends everything at once; if it still has not returned
