@@ -21,9 +21,10 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from dbworker import logs, messages, redact
-from dbworker.contract import ExecutionStatus, Finished, Handler, Unfinished
-from dbworker.messages import FAILED, FINISHED, LOST, RETRY, UNFINISHED, Report
-from dbworker.sql import claims, dialects, tables
+from dbworker.contract import ExecutionStatus, Finished, Handler, LostClaim, Unfinished
+from dbworker.messages import FINISHED, LOST, RETRY, UNFINISHED, Report
+from dbworker.retries import Retry
+from dbworker.sql import attempts, claims, dialects, statements, tables
 
 EXIT_ORPHANED = 3  # the coordinator died; the work is left for another to take over
 _MAY_COMMIT = "dbworker.may_commit"
@@ -44,6 +45,7 @@ class ChildConfig:
     # The command's logging (level, format, extra secrets to mask), repeated here: None when
     # the library runs inside an application (handler processes then configure nothing).
     log: tuple[str, str, tuple[str, ...]] | None = field(default=None, repr=False)
+    retry: Retry | None = None  # the worker's retry policy, for failures the handler raises
 
 
 class HandlerSession(Session):
@@ -71,19 +73,20 @@ def _watch_parent(parent_pid: int) -> None:
 class Runner:
     """Runs items for one worker with one engine; separate from the process plumbing for tests."""
 
-    def __init__(self, config: ChildConfig) -> None:
+    def __init__(self, config: ChildConfig, *, engine: sa.Engine | None = None) -> None:
         self.config = config
         # No pool_pre_ping by default: it would cost a round trip per item, and a connection
         # lost meanwhile only makes that item's transaction fail transiently (given back,
-        # retried) while the pool replaces the connection.
-        self.engine = sa.create_engine(config.database_url, **config.engine_options)
+        # retried) while the pool replaces the connection. ``engine``: run on the caller's
+        # own (``dbworker.testing`` runs items in the calling process).
+        self._own_engine = engine is None
+        self.engine = sa.create_engine(config.database_url, **config.engine_options) if engine is None else engine
         self.table = tables.work_table(config.worker, config.source)
         self.secrets = redact.url_secrets(config.database_url)
         self._complete = claims.Completer(self.table)
         # Built once: session.get() redoes per call what a fresh session never needs
         # (identity-map lookup, a new statement and its cache key).
-        key = sa.inspect(config.source).primary_key[0]
-        self._load = sa.select(config.source).where(key == sa.bindparam("dbw_key", type_=key.type))
+        self._load = statements.load_source(config.source)
 
     def warm_up(self) -> None:
         """Connect, configure the mappers and compile the hot statements before the first item.
@@ -102,14 +105,24 @@ class Runner:
     def run(self, claim: claims.Claim) -> Report:
         start = time.perf_counter()
         self._last_exc: BaseException | None = None
+        self._traceback: str | None = None
+        self._after: float | None = None
         outcome, error = self._execute(claim)
         summary = redact.describe(self._last_exc, self.secrets) if self._last_exc is not None else ""
-        return Report(claim.source_id, claim.token, outcome, time.perf_counter() - start, error, summary)
+        return Report(claim.source_id, claim.token, outcome, time.perf_counter() - start, error, summary,
+                      self._traceback, self._after)  # fmt: skip
+
+    def describe(self, exc: BaseException) -> tuple[str, str]:
+        """The exception's text as the work record keeps it (``str(exc)``, else the class name)
+        and its whole traceback, both masked.
+        """
+        text = redact.redact(str(exc) or type(exc).__name__, self.secrets)
+        return text, redact.redact("".join(traceback.format_exception(exc)), self.secrets)
 
     def _describe(self, exc: BaseException) -> str:
         self._last_exc = exc
-        text = "".join(traceback.format_exception(exc))
-        return redact.redact(text, self.secrets)
+        error, self._traceback = self.describe(exc)
+        return error
 
     def _execute(self, claim: claims.Claim) -> tuple[str, str | None]:
         # No expiry at commit: the session closes right after, so reloading is never needed.
@@ -131,31 +144,42 @@ class Runner:
                 _rollback(session)
                 if dialects.is_transient(exc):
                     return RETRY, self._describe(exc)
-                return self._record_failure(claim, self._describe(exc))
-            status = ExecutionStatus.FINISHED if isinstance(result, Finished) else ExecutionStatus.UNFINISHED
+                return self._record_failure(claim, self._describe(exc), exc)
+            after = result.after_seconds if isinstance(result, Unfinished) else None
             try:
-                if not self._complete(session.connection(), claim, status):
+                conn = session.connection()
+                if isinstance(result, Unfinished):  # the step is over: attempts start again
+                    current = attempts.unfinished(conn, self.table, claim, after=after)
+                    self._after = after
+                else:
+                    current = self._complete(conn, claim, ExecutionStatus.FINISHED)
+                if not current:
                     _rollback(session)
+                    self._last_exc = LostClaim(f"the claim of item {claim.source_id!r} is no longer ours")
                     return LOST, None
                 session.info[_MAY_COMMIT] = True
                 session.commit()
             except Exception as exc:
                 _rollback(session)
                 return RETRY, self._describe(exc)
-            return (FINISHED if status is ExecutionStatus.FINISHED else UNFINISHED), None
+            return (FINISHED if isinstance(result, Finished) else UNFINISHED), None
         finally:
             session.close()  # rolls back whatever is left; never commits
 
-    def _record_failure(self, claim: claims.Claim, error: str) -> tuple[str, str | None]:
+    def _record_failure(self, claim: claims.Claim, error: str, exc: BaseException) -> tuple[str, str | None]:
         try:
             with self.engine.connect() as conn:
-                recorded = claims.fail(conn, self.table, claim, error)
+                outcome, self._after = attempts.fail(
+                    conn, self.table, claim, error=error, traceback=self._traceback,
+                    retry=self.config.retry, exc=exc,
+                )  # fmt: skip
         except Exception:
             return RETRY, error
-        return (FAILED, error) if recorded else (LOST, error)
+        return outcome, error
 
     def close(self) -> None:
-        self.engine.dispose()
+        if self._own_engine:
+            self.engine.dispose()
 
 
 def _rollback(session: Session) -> None:

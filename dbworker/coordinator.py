@@ -28,11 +28,19 @@ from dbworker.contract import Eligible, ExecutionStatus
 from dbworker.leases import LeaseKeeper
 from dbworker.loop import WorkerLoop
 from dbworker.observe import Observer, Observers
-from dbworker.sql import claims, dialects, status, tables, upgrade
+from dbworker.retries import Retry
+from dbworker.sql import dialects, status, tables, upgrade
 from dbworker.sql.dialects import connect
 from dbworker.wakeups import postgres, sqlite
 from dbworker.wakeups.router import Router
-from dbworker.workers import RegisteredWorker, WorkerViews, check_concurrency, check_name
+from dbworker.workers import (
+    RegisteredWorker,
+    WorkerViews,
+    check_concurrency,
+    check_name,
+    check_retry,
+    check_timeout,
+)
 
 log = logging.getLogger("dbworker")
 
@@ -158,8 +166,15 @@ class Coordinator:
         source: Any,
         eligible: Eligible | None = None,
         concurrency: int = 1,
+        retry: Retry | None = None,
+        timeout: float | None = None,
     ) -> Callable[[F], F]:
-        """Register the decorated function as worker ``name``'s handler; return it unchanged."""
+        """Register the decorated function as worker ``name``'s handler; return it unchanged.
+
+        ``retry``: how failed attempts are tried again (None: a failure is final, as in
+        SPEC). ``timeout``: seconds a handler may run before its process is ended and the
+        attempt fails (None: no limit). Bad arguments raise ``ValueError`` naming them.
+        """
         self._check_not_started("transactional_worker")
         check_name(name)
         if name in self._registry:
@@ -168,6 +183,8 @@ class Coordinator:
         if eligible is not None and not callable(eligible):
             raise ValueError(f"eligible must be a zero-argument callable returning a select(), got {eligible!r}")
         check_concurrency(concurrency)
+        retry = check_retry(retry)
+        timeout = check_timeout(timeout)
         table = tables.work_table(name, source)
 
         def register(handler: F) -> F:
@@ -178,7 +195,7 @@ class Coordinator:
             self._check_not_started("transactional_worker")
             self._registry[name] = RegisteredWorker(
                 name=name, source=source, handler=handler, eligible=eligible,
-                concurrency=concurrency, table=table, key=key,
+                concurrency=concurrency, table=table, key=key, retry=retry, timeout=timeout,
             )
             return handler
 
@@ -199,10 +216,7 @@ class Coordinator:
         """How many items of ``worker`` are claimable now, counting at most ``cap``."""
         w = self._get(worker)
         with connect(self.engine) as conn:
-            caps = dialects.of(conn)
-            eligible = claims.eligible_query(w.eligible, w.key)
-            query = claims.claimable(w.table, w.key, eligible, caps).limit(cap).subquery()
-            return int(conn.execute(sa.select(sa.func.count()).select_from(query)).scalar_one())
+            return status.backlog(conn, w.table, w.key, w.eligible, cap=cap)
 
     def registrations(self) -> list[RegisteredWorker]:
         """Every registered worker, frozen, in registration order."""
@@ -221,7 +235,7 @@ class Coordinator:
     def ping(self) -> None:
         """One round trip to the database; raises what the driver raises when it is unreachable."""
         with connect(self.engine) as conn:
-            conn.execute(sa.select(sa.literal(1)))
+            dialects.ping(conn)
 
     # --- tables --------------------------------------------------------------------------
     def create_worker_tables(self) -> None:
@@ -260,7 +274,8 @@ class Coordinator:
         ``workers`` limits which registered workers run (default: all).
         Raises ``ValueError`` for an in-memory SQLite URL or anything that cannot be
         pickled to handler processes, ``KeyError`` for an unknown worker name and
-        ``RuntimeError`` when started twice.
+        ``RuntimeError`` when started twice or when a work table has an older layout
+        (``upgrade_worker_tables()`` brings it up to date).
         """
         with self._lock:
             if self._started:
@@ -273,6 +288,7 @@ class Coordinator:
             names = list(self._registry) if workers is None else list(workers)
             selected = [self._get(n) for n in names]
             configs = {w.name: self._child_config(w) for w in selected}
+            _check_layout(self.engine, [w.table for w in selected])
             self._started = True
         engine = self.engine
         if engine.dialect.name == "sqlite":
@@ -322,6 +338,7 @@ class Coordinator:
             source=worker.source,
             parent_pid=os.getpid(),
             log=_child_logging(),
+            retry=worker.retry,
         )
         try:
             pickle.dumps(config)
@@ -412,11 +429,29 @@ class Coordinator:
         return f"<Coordinator {self.database_url} workers={sorted(self._registry)}>"
 
 
+def _check_layout(engine: Engine, work_tables: list[sa.Table]) -> None:
+    """``RuntimeError`` naming the fix when a work table has an older layout than this release's.
+
+    A database that cannot be reached now is not an error here: the loops outlive outages.
+    """
+    try:
+        lacking = upgrade.lacking_columns(engine, work_tables)
+    except Exception as exc:  # noqa: BLE001 - the loops report database errors as they go
+        log.info("dbworker: could not check the work tables' layout: %s", redact.describe(exc))
+        return
+    if lacking:
+        named = "; ".join(f"{table} lacks {', '.join(columns)}" for table, columns in sorted(lacking.items()))
+        raise RuntimeError(
+            f"work tables need an upgrade ({named}): run `dbworker migrate MODULE:ATTR` or "
+            "coordinator.upgrade_worker_tables() (create_worker_tables() does it too) before start()"
+        )
+
+
 def _sqlite_wal(engine: Engine) -> None:
     # WAL lets handler processes read while another writes; the setting persists in the file.
     try:
         with engine.connect() as conn:
-            conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+            dialects.sqlite_wal(conn)
     except Exception as exc:
         log.info("dbworker: could not switch SQLite to WAL: %s", redact.describe(exc))
 

@@ -2,7 +2,8 @@
 
 One thread per coordinator, apart from the claim loops, so a loop busy with the database
 never lets a running item's lease lapse. Renewal failures are retried with backoff; a
-claim found taken by another process is reported as lost (the fence discards its result).
+claim found taken by another process (or cancelled) is reported as lost and its handler
+ended (the fence would discard its result anyway).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class Held(Protocol):
     def engine(self) -> Engine: ...
 
     def held_claims(self) -> list[Claim]: ...
+
+    def claims_lost(self, lost: list[Claim]) -> None: ...
 
 
 class LeaseKeeper:
@@ -94,10 +97,11 @@ class LeaseKeeper:
         lost = [c for c in lost if c.token in still]
         for c in lost:
             log.warning(
-                "dbworker worker %s: lost the claim of item %r (its lease expired and another process took it)",
-                name, c.source_id,
+                "dbworker worker %s: lost the claim of item %r (cancelled, or its lease expired and another "
+                "process took it); ending its handler", name, c.source_id,
             )
         if lost:
+            loop.claims_lost(lost)  # its writes would be discarded by the fence: end it now
             self._observer.renewed(name, result="lost", count=len(lost))
         if len(running) > len(lost):
             self._observer.renewed(name, result="renewed", count=len(running) - len(lost))

@@ -9,6 +9,7 @@ It claims only while it has idle handler processes, waits ``poll_seconds`` (doub
 from __future__ import annotations
 
 import collections
+import heapq
 import logging
 import socket
 import threading
@@ -16,7 +17,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from dbworker import child, messages, redact
@@ -24,7 +24,7 @@ from dbworker.backoff import Backoff
 from dbworker.observe import Observer
 from dbworker.pool import Died, Done, EndReason, Pool, Skipped, describe_exit
 from dbworker.settings import Settings
-from dbworker.sql import claims, notify
+from dbworker.sql import attempts, claims, dialects, notify
 from dbworker.sql.dialects import connect
 from dbworker.sweep import Sweep
 from dbworker.workers import RegisteredWorker
@@ -88,7 +88,13 @@ class WorkerLoop:
         self._on_item_done = on_item_done
         self._secrets = secrets
         # An item handed over behind one that runs longer than short handlers do is taken back.
-        self.pool = Pool(child_config, worker.concurrency, recall_after=PREFETCH_BELOW_SECONDS)
+        self.pool = Pool(child_config, worker.concurrency, recall_after=PREFETCH_BELOW_SECONDS,
+                         timeout=worker.timeout)  # fmt: skip
+        # Items of this worker waiting for a time (a retry delay, Unfinished(after=)): (when,
+        # key), monotonic. Ours are known when they end; others' are read through the
+        # not_before index with the expired-claim lookup. Each is claimed by key when due.
+        self._due: list[tuple[float, Any]] = []
+        self._due_lock = threading.Lock()
         self._waker = Waker()
         self._stopping = threading.Event()
         self._claim_now = False
@@ -147,6 +153,37 @@ class WorkerLoop:
             finally:
                 self._waker.close()
                 self._observer.loop_ended(name)
+
+    def claims_lost(self, lost: list[claims.Claim]) -> None:
+        """These claims are no longer ours (cancelled, or taken over): end their handlers now
+        (any thread). Their writes roll back with the process; nothing is recorded for them.
+        """
+        tokens = {c.token for c in lost}
+        with self._queue_lock:
+            kept = [c for c in self._queue if c.token not in tokens]
+            self._queue.clear()
+            self._queue.extend(kept)
+        if self.pool.end_claims(tokens, EndReason.LOST):
+            self._waker.wake()
+
+    def _wait_until(self, source_id: Any, seconds: float | None) -> None:
+        """Claim ``source_id`` by key once ``seconds`` have passed (None or <= 0: at once)."""
+        if seconds is None or seconds <= 0:
+            self.sweep.claimable_again(source_id)
+            return
+        with self._due_lock:
+            heapq.heappush(self._due, (time.monotonic() + seconds, source_id))
+
+    def _take_due(self, now: float) -> float | None:
+        """Name the waiting items now due for the next claim; return when the next one is due
+        (``now`` when some just were; None: none waits).
+        """
+        with self._due_lock:
+            named = False
+            while self._due and self._due[0][0] <= now:
+                self.sweep.claimable_again(heapq.heappop(self._due)[1])
+                named = True
+            return now if named else self._due[0][0] if self._due else None
 
     def held_claims(self) -> list[claims.Claim]:
         """Claims whose leases this loop keeps: running and prefetched (any thread)."""
@@ -218,9 +255,14 @@ class WorkerLoop:
             else:
                 # Nothing to claim for now: still wake for a heartbeat round trip.
                 timeout = max(0.0, last_trip + settings.max_poll_seconds - now)
-            recall = self.pool.recall_long()
-            if recall is not None:
-                timeout = min(timeout, recall)
+            for soon in (self.pool.recall_long(), self.pool.end_overdue()):
+                if soon is not None:
+                    timeout = min(timeout, soon)
+            due = self._take_due(now)
+            if due is not None and can_claim:  # wake when the next waiting item is due
+                timeout = min(timeout, max(0.0, due - now))
+                if due <= now:  # ... some are: claim them by key now
+                    next_claim, timed = 0.0, False
             events, woken = self.pool.wait(timeout, [self._waker])
             if woken:
                 self._waker.drain()
@@ -261,7 +303,7 @@ class WorkerLoop:
                 # No claim is due (all slots busy, or draining): keep the heartbeat honest.
                 try:
                     with connect(self.engine) as conn:
-                        conn.execute(sa.select(sa.literal(1)))
+                        dialects.ping(conn)
                     self._observer.heartbeat(self.worker.name, timestamp=time.time())
                     last_trip = time.monotonic()
                 except Exception as exc:  # noqa: BLE001
@@ -288,10 +330,12 @@ class WorkerLoop:
                 taken += self._sweep(conn, limit - len(taken))
             if sweep.expired_due(now):
                 # After the rounds, so no item waits for this lookup: what it finds is
-                # claimed by key at once, in the next claim.
+                # claimed by key at once, in the next claim (or when due).
                 expired = claims.expired(conn, w.table, notify.MAX_NAMED_ROWS)
                 for source_id in expired:
                     sweep.claimable_again(source_id)
+                for source_id, seconds in attempts.due(conn, w.table, notify.MAX_NAMED_ROWS):
+                    self._wait_until(source_id, seconds)
                 if expired:
                     self._request_claim()
         seconds = time.perf_counter() - start
@@ -345,12 +389,17 @@ class WorkerLoop:
             outcome = report.outcome
             mean = self._mean_seconds
             self._mean_seconds = report.seconds if mean is None else 0.8 * mean + 0.2 * report.seconds
-            if outcome == messages.UNFINISHED:
-                self.sweep.claimable_again(ev.claim.source_id)
+            if outcome in (messages.UNFINISHED, messages.RETRIED):
+                self._wait_until(ev.claim.source_id, report.after)
+            if outcome == messages.RETRIED:
+                log.warning(
+                    "dbworker worker %s: handler failed for item %r, retried in %.3g s: %s%s",
+                    name, ev.claim.source_id, report.after or 0.0, report.summary, _trace(report),
+                )
             if outcome == messages.FAILED:
                 log.warning(
-                    "dbworker worker %s: handler failed for item %r: %s",
-                    name, ev.claim.source_id, report.summary,
+                    "dbworker worker %s: handler failed for item %r: %s%s",
+                    name, ev.claim.source_id, report.summary, _trace(report),
                 )
             elif outcome == messages.LOST:
                 log.warning(
@@ -392,17 +441,39 @@ class WorkerLoop:
         if ev.ended is EndReason.ABORTED:
             self._give_back(ev.claim)
             self._observer.executed(name, outcome=messages.ABORTED, seconds=None)
+        elif ev.ended is EndReason.LOST:
+            # Cancelled or taken over: the record is someone else's now; the writes rolled back.
+            self._observer.executed(name, outcome=messages.LOST, seconds=None)
         else:
-            error = f"handler process died: {describe_exit(ev.exitcode)}"
-            log.warning("dbworker worker %s: item %r failed: %s", name, ev.claim.source_id, error)
-            try:
-                with connect(self.engine) as conn:
-                    claims.fail(conn, self.worker.table, ev.claim, error)
-            except Exception as exc:
-                self._db_error("complete", exc)
-            self._observer.executed(name, outcome=messages.CRASHED, seconds=None)
+            timed_out = ev.ended is EndReason.TIMED_OUT
+            if timed_out:
+                error = f"handler timed out after {self.worker.timeout:g} s"
+            else:
+                error = f"handler process died: {describe_exit(ev.exitcode)}"
+            outcome = self._attempt_failed(ev.claim, error)
+            if outcome == messages.FAILED:
+                outcome = messages.TIMED_OUT if timed_out else messages.CRASHED
+            self._observer.executed(name, outcome=outcome, seconds=None)
         self._observer.active(name, running=len(self.pool.busy_claims()))
         return False
+
+    def _attempt_failed(self, claim: claims.Claim, error: str) -> str:
+        """Record an attempt whose process ended with the item (died, timed out): retried if
+        the worker's Retry allows, else failed. Returns ``messages.RETRIED``, ``FAILED`` or ``LOST``.
+        """
+        retry = self.worker.retry
+        try:
+            with connect(self.engine) as conn:
+                outcome, after = attempts.fail(conn, self.worker.table, claim, error=error, retry=retry)
+        except Exception as exc:
+            self._db_error("complete", exc)
+            return messages.FAILED
+        if outcome == messages.RETRIED:
+            log.warning("dbworker worker %s: item %r: %s; retried", self.worker.name, claim.source_id, error)
+            self._wait_until(claim.source_id, after)
+        else:
+            log.warning("dbworker worker %s: item %r failed: %s", self.worker.name, claim.source_id, error)
+        return outcome
 
     def _give_back(self, *given: claims.Claim) -> None:
         """Release claims so any process may take them now, and say so (PostgreSQL).
@@ -433,3 +504,8 @@ class WorkerLoop:
             self.worker.name, operation, redact.describe(exc, self._secrets),
         )
         self._observer.db_error(self.worker.name, operation=operation, error=exc)
+
+
+def _trace(report: messages.Report) -> str:
+    """The handler's traceback (masked in the handler process) as the end of a log record."""
+    return f"\n{report.traceback.rstrip()}" if report.traceback else ""

@@ -24,12 +24,16 @@ DONE = "done"
 # the commit (result discarded); "retry": a transient database error kept the result from
 # being committed, so the coordinator gives the claim back.
 FINISHED, UNFINISHED, FAILED, LOST, RETRY = "finished", "unfinished", "failed", "lost", "retry"
-REPORTED = (FINISHED, UNFINISHED, FAILED, LOST, RETRY)
-# What the coordinator itself decides: the process died with the item ("crashed"), or the
-# coordinator ended it at a stop deadline and gave the claim back ("aborted").
-CRASHED, ABORTED = "crashed", "aborted"
-# Execution outcomes as observers see them (and metric label values).
-OUTCOMES = (FINISHED, UNFINISHED, FAILED, CRASHED, LOST, ABORTED)
+RETRIED = "retried"
+REPORTED = (FINISHED, UNFINISHED, FAILED, LOST, RETRY, RETRIED)
+# What the coordinator itself decides: the process died with the item ("crashed"), the
+# coordinator ended it at a stop deadline and gave the claim back ("aborted"), or it ran
+# past the worker's timeout and failed ("timed_out"). "retried" (also reported by handler
+# processes): an attempt failed and the worker's Retry gives the item another.
+CRASHED, ABORTED, TIMED_OUT = "crashed", "aborted", "timed_out"
+# Execution outcomes as observers see them (and metric label values). Final failures are
+# failed, crashed and timed_out; retried attempts are not failures of the item.
+OUTCOMES = (FINISHED, UNFINISHED, FAILED, CRASHED, LOST, ABORTED, RETRIED, TIMED_OUT)
 
 
 @dataclass(frozen=True)
@@ -40,8 +44,10 @@ class Report:
     token: str
     outcome: str  # one of REPORTED
     seconds: float
-    error: str | None = None  # the whole traceback, for the work record
+    error: str | None = None  # the exception's text, for the work record's error
     summary: str = ""  # one line, for logs
+    traceback: str | None = None  # the whole traceback (masked), for the record and the log
+    after: float | None = None  # unfinished or retried: seconds before it is claimable again
 
 
 def run(source_id: Any, token: str) -> tuple[str, Any, str]:

@@ -41,6 +41,8 @@ class EndReason(enum.Enum):
     """Why the pool itself ended a busy slot's process."""
 
     ABORTED = "aborted"  # drain deadline or abort(): give the claim back
+    TIMED_OUT = "timed_out"  # ran longer than the worker's timeout: a failed attempt
+    LOST = "lost"  # its claim is no longer ours (cancelled, or taken over): nothing to record
 
 
 @dataclass
@@ -99,9 +101,11 @@ def describe_exit(exitcode: int | None) -> str:
 class Pool:
     """``size`` handler processes for one worker."""
 
-    def __init__(self, config: child.ChildConfig, size: int, *, recall_after: float = 0.5) -> None:
+    def __init__(self, config: child.ChildConfig, size: int, *, recall_after: float = 0.5,
+                 timeout: float | None = None) -> None:  # fmt: skip
         self._config = config
         self._recall_after = recall_after
+        self._timeout = timeout
         self._slots = [Slot(i) for i in range(size)]
         self._lock = threading.Lock()
         self._respawn = [Backoff(0.5, 30.0) for _ in range(size)]
@@ -298,6 +302,55 @@ class Pool:
             slot.respawn_at = time.monotonic() + (self._respawn[slot.index].next() if before_ready else 0.0)
         slot.conn.close()
         return died
+
+    def end_overdue(self) -> float | None:
+        """End processes whose item has run longer than the timeout (any thread).
+
+        Returns the seconds until the next such deadline (None: no timeout, or nothing runs).
+        The process is killed, so a handler that never returns or ignores signals ends too;
+        its transaction dies with its connection. The death arrives through ``wait``.
+        """
+        if self._timeout is None:
+            return None
+        now = time.monotonic()
+        due: list[float] = []
+        overdue: list[Slot] = []
+        with self._lock:
+            for s in self._slots:
+                if s.state is not State.BUSY or s.claim is None or s.ended is not None:
+                    continue
+                left = s.since + self._timeout - now
+                if left > 0:
+                    due.append(left)
+                else:
+                    s.ended = EndReason.TIMED_OUT
+                    overdue.append(s)
+        for s in overdue:
+            if s.process is not None:
+                s.process.kill()
+        return min(due) if due else None
+
+    def end_claims(self, tokens: set[str], reason: EndReason) -> int:
+        """End the processes running the claims with these tokens (any thread); return how many.
+
+        A listed claim handed over behind a running one is taken back instead (``skipped``).
+        """
+        sends: list[tuple[Connection, str]] = []
+        ended: list[Slot] = []
+        with self._lock:
+            for s in self._slots:
+                if s.state is not State.BUSY:
+                    continue
+                if s.claim is not None and s.claim.token in tokens and s.ended is None:
+                    s.ended = reason
+                    ended.append(s)
+                elif s.pending is not None and s.pending.token in tokens:
+                    self._cancel_once(s, s.pending.token, sends)
+        self._send_cancels(sends)
+        for s in ended:
+            if s.process is not None:
+                s.process.kill()
+        return len(ended)
 
     def end_busy(self, reason: EndReason) -> int:
         """Kill every busy slot's process now (any thread); the deaths arrive through ``wait``."""

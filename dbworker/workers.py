@@ -15,7 +15,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from dbworker.contract import Eligible, ExecutionStatus, Handler
-from dbworker.sql import notify, status, tables
+from dbworker.retries import Retry
+from dbworker.sql import attempts, status, tables
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -31,12 +32,28 @@ class RegisteredWorker:
     concurrency: int
     table: sa.Table
     key: sa.Column[Any]
+    retry: Retry | None = None
+    timeout: float | None = None  # seconds a handler may run before it is ended
 
 
 def check_name(name: object) -> str:
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise ValueError(f"worker name {name!r} is invalid: use lower-case letters, digits and _, starting with a letter ([a-z][a-z0-9_]*)")
     return name
+
+
+def check_retry(retry: object) -> Retry | None:
+    if retry is not None and not isinstance(retry, Retry):
+        raise ValueError(f"retry must be a dbworker.Retry(max_attempts=...) or None, got {retry!r}")
+    return retry
+
+
+def check_timeout(timeout: object) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < float("inf"):
+        raise ValueError(f"timeout must be None or a positive number of seconds, got {timeout!r}")
+    return float(timeout)
 
 
 def check_concurrency(concurrency: object, *, field: str = "concurrency") -> int:
@@ -76,30 +93,20 @@ class WorkerView:
         """Set a FAILED item back to UNFINISHED with error and claim cleared; True if it was FAILED."""
         return self._reset(session, self._w.table.c.source_id == source_id) == 1
 
+    def cancel(self, session: Session, source_id: Any) -> bool:
+        """Cancel an item that is not FINISHED or FAILED (a never-claimed one included): it
+        becomes FAILED with the error ``cancelled``, and a running handler is ended by its pod
+        at its next lease renewal, its writes rolled back. True if it cancelled something; the
+        caller commits. ``reset_failed`` brings a cancelled item back.
+        """
+        return attempts.cancel(session.connection(), self._w.table, source_id)
+
     def reset_all_failed(self, session: Session) -> int:
         """Reset every FAILED item as ``reset_failed`` does; return how many."""
         return self._reset(session, sa.true())
 
     def _reset(self, session: Session, which: sa.ColumnElement[bool]) -> int:
-        w = self._w.table.c
-        reset = (
-            sa.update(self._w.table)
-            .where(which, w.execution_status == ExecutionStatus.FAILED.value)
-            .values(
-                execution_status=ExecutionStatus.UNFINISHED.value,
-                error=None,
-                claim_token=None,
-                lease_expires_at=None,
-            )
-        )
-        conn = session.connection(bind_arguments={"clause": reset})
-        if conn.dialect.name != "postgresql":
-            return int(getattr(conn.execute(reset), "rowcount", 0))
-        # Announced with the caller's commit, so pods whose claim sweep passed these items
-        # claim them at once instead of at the sweep's next wrap.
-        keys = conn.execute(reset.returning(w.source_id)).scalars().all()
-        notify.announce_rows(conn, self._w.key.table.name, keys)
-        return len(keys)
+        return status.reset_failed(session, self._w.table, which, source_table=self._w.key.table.name)
 
     def counts(self, session: Session) -> dict[ExecutionStatus, int]:
         """How many items are in each status."""
@@ -107,14 +114,7 @@ class WorkerView:
 
     def failed(self, session: Session, *, limit: int = 100) -> list[tuple[Any, str | None]]:
         """Up to ``limit`` failed items as (source_id, error)."""
-        w = self._w.table.c
-        rows = session.execute(
-            sa.select(w.source_id, w.error)
-            .where(w.execution_status == ExecutionStatus.FAILED.value)
-            .order_by(w.source_id)
-            .limit(limit)
-        ).all()
-        return [(r[0], r[1]) for r in rows]
+        return status.failed(session, self._w.table, limit=limit)
 
     def __repr__(self) -> str:
         return f"<worker {self.name!r} over {self._w.source.__name__}, concurrency {self.concurrency}>"

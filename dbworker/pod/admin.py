@@ -1,4 +1,4 @@
-"""The one-shot commands: ``dbworker migrate``, ``inspect`` and ``retry``; each prints and returns 0.
+"""The one-shot commands: ``dbworker migrate``, ``inspect``, ``retry`` and ``cancel``; each prints and returns 0.
 
 They act on an already loaded Coordinator (``app`` loads and checks it) and need no pod
 extra. Schema steps are the Coordinator's, status reads and resets its worker views'; this
@@ -147,4 +147,31 @@ def retry(options: opts.Options, coordinator: dbworker.Coordinator) -> int:
     print(f"reset {count} failed item(s) of worker {name!r}")
     if left:
         print(f"left alone (not failed): {', '.join(map(str, left))}", file=sys.stderr)
+    return termination.EXIT_OK
+
+
+def cancel(options: opts.Options, coordinator: dbworker.Coordinator) -> int:
+    """Cancel the given items of one worker; ids already finished or failed go to stderr; exit 0."""
+    (name,) = app.select_workers(coordinator, options)
+    view = coordinator.workers[name]
+    ids = [app.convert_id(raw, view.source) for raw in options.ids]
+    app.ping(coordinator)
+    app.require_tables(coordinator, [name], options)
+    left: list[Any] = []
+    try:
+        with orm.Session(coordinator.engine) as session:
+            count = 0
+            for source_id in ids:
+                if view.cancel(session, source_id):
+                    count += 1
+                else:
+                    left.append(source_id)
+            session.commit()
+    except Exception as exc:
+        raise termination.CommandError(
+            f"cancelling items failed: {termination.one_line(exc)}", termination.database_code(exc)
+        ) from None
+    print(f"cancelled {count} item(s) of worker {name!r}")
+    if left:
+        print(f"left alone (finished or failed already): {', '.join(map(str, left))}", file=sys.stderr)
     return termination.EXIT_OK

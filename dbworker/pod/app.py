@@ -21,6 +21,7 @@ import dbworker
 from dbworker import settings
 from dbworker.pod import options as opts
 from dbworker.pod import termination
+from dbworker.sql import upgrade
 
 
 def load_app(spec: str) -> dbworker.Coordinator:
@@ -168,9 +169,13 @@ def require_tables(
     *,
     hint: str = "",
 ) -> None:
-    """``CommandError`` (exit 2) naming work tables that do not exist yet, and the fix."""
+    """``CommandError`` (exit 2) naming work tables that do not exist yet or have an older
+    layout, and the fix.
+    """
+    tables = [coordinator.workers[name].table for name in workers]
     try:
-        missing = missing_tables(coordinator, workers)
+        missing = upgrade.missing(coordinator.engine, tables)
+        lacking = upgrade.lacking_columns(coordinator.engine, tables)
     except Exception as exc:
         raise termination.CommandError(
             f"reading the schema failed: {termination.one_line(exc)}",
@@ -181,14 +186,8 @@ def require_tables(
             f"work table(s) {', '.join(missing)} do not exist; run `dbworker migrate {options.app}` "
             f"first{hint}"
         )
-
-
-def missing_tables(coordinator: dbworker.Coordinator, workers: Sequence[str]) -> list[str]:
-    """Work tables of ``workers`` that do not exist yet."""
-    inspector = sa.inspect(coordinator.engine)
-    missing = []
-    for name in workers:
-        table = coordinator.workers[name].table
-        if not inspector.has_table(table.name, schema=table.schema):
-            missing.append(table.name)
-    return missing
+    if lacking:
+        named = "; ".join(f"{table} lacks {', '.join(columns)}" for table, columns in sorted(lacking.items()))
+        raise termination.CommandError(
+            f"work table(s) need an upgrade ({named}); run `dbworker migrate {options.app}` first{hint}"
+        )

@@ -43,9 +43,9 @@ class Option:
         return ENV_PREFIX + self.dest.upper()
 
 
-ALL = ("run", "migrate", "inspect", "retry")
+ALL = ("run", "migrate", "inspect", "retry", "cancel")
 OPTIONS: tuple[Option, ...] = (
-    Option("--worker", "list", "run/show only this worker (repeatable; the variable takes a comma-separated list); default: all registered workers", ("run", "inspect", "retry"), metavar="NAME"),
+    Option("--worker", "list", "run/show only this worker (repeatable; the variable takes a comma-separated list); default: all registered workers", ("run", "inspect", "retry", "cancel"), metavar="NAME"),
     Option("--concurrency", "pairs", "handler processes for worker NAME, overriding the code (repeatable; the variable takes a=2,b=3)", ("run",), metavar="NAME=N"),
     Option("--metrics-port", "int", "port for /metrics, /healthz and /readyz; 0 turns the HTTP server off", ("run",), default=9100, minimum=0, metavar="PORT"),
     Option("--metrics-host", "str", "address the HTTP server listens on", ("run",), default="0.0.0.0", metavar="HOST"),
@@ -67,6 +67,7 @@ COMMAND_HELP = {
     "migrate": "create or upgrade the work tables and exit (safe from many pods at once)",
     "inspect": "print per worker how many items are in each status and how many are claimable now",
     "retry": "reset failed items of one worker so they are claimed again",
+    "cancel": "cancel items of one worker: they fail with the error 'cancelled' and running handlers end",
 }
 EPILOG = (
     "Every option can also be set by the variable DBWORKER_<OPTION> (e.g. DBWORKER_DRAIN_SECONDS=60; "
@@ -102,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The top-level parser (for ``dbworker --help``); each command has its own below."""
     parser = _Parser(
         prog="dbworker",
-        description="Run, migrate, inspect and retry an application's dbworker workers.",
+        description="Run, migrate, inspect, retry and cancel an application's dbworker workers.",
         epilog=EPILOG,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -120,6 +121,8 @@ def command_parser(command: str) -> argparse.ArgumentParser:
     )  # fmt: skip
     if command == "retry":
         p.add_argument("ids", nargs="*", metavar="ID", help="primary keys of failed items to reset")
+    if command == "cancel":
+        p.add_argument("ids", nargs="*", metavar="ID", help="primary keys of the items to cancel")
     for opt in OPTIONS:
         if command not in opt.commands:
             continue
@@ -145,12 +148,12 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> Options:
     if not argv or argv[0].startswith("-"):
         build_parser().parse_args(argv)  # --help exits here; anything else is an error
         raise termination.CommandError(
-            "missing command; use one of run, migrate, inspect, retry (see `dbworker --help`)"
+            "missing command; use one of run, migrate, inspect, retry, cancel (see `dbworker --help`)"
         )
     command = argv[0]
     if command not in ALL:
         raise termination.CommandError(
-            f"unknown command {command!r}; use one of run, migrate, inspect, retry (see `dbworker --help`)"
+            f"unknown command {command!r}; use one of run, migrate, inspect, retry, cancel (see `dbworker --help`)"
         )
     # Intermixed, so item IDs may follow options: `retry app:c --worker w 1 2`.
     ns = command_parser(command).parse_intermixed_args(argv[1:])
@@ -186,6 +189,13 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> Options:
             raise termination.CommandError("give either item IDs or --all-failed, not both")
         if not ids and not values["all_failed"]:
             raise termination.CommandError("nothing to retry: give failed item IDs or --all-failed")
+    if command == "cancel":
+        if len(values.get("worker") or []) != 1:
+            raise termination.CommandError(
+                "cancel needs exactly one --worker NAME (the worker whose items to cancel)"
+            )
+        if not ids:
+            raise termination.CommandError("nothing to cancel: give the item IDs, e.g. `dbworker cancel app:c --worker w 7`")
     return Options(command=command, app=app, values=values, ids=ids, sources=sources)
 
 

@@ -1,9 +1,8 @@
 """What differs between database servers, answered once: locking, the server clock, errors.
 
-Every claim-path statement asks this module for the server's capabilities (SKIP LOCKED by
-version, FOR UPDATE OF), for "now" and "now + n seconds" on the server's own clock (leases
-never depend on a host's clock), for an insert that ignores a duplicate key, and whether an
-error is transient (worth retrying) rather than a bug.
+Capabilities (SKIP LOCKED by version, FOR UPDATE OF), "now" on the server's own clock, an
+insert ignoring a duplicate key, transient errors, and the server-level statements (a ping,
+SQLite's PRAGMAs). The statements built from these answers are ``statements``'.
 """
 
 from __future__ import annotations
@@ -155,3 +154,21 @@ def connect(engine: Engine) -> Connection:
     if conn.dialect.name in ("mysql", "mariadb"):
         conn = conn.execution_options(isolation_level="READ COMMITTED")
     return conn
+
+
+def ping(conn: Connection) -> None:
+    """One round trip (``SELECT 1``); raises what the driver raises when the server is gone."""
+    conn.execute(sa.select(sa.literal(1)))
+
+
+def sqlite_wal(conn: Connection) -> None:
+    """Switch the SQLite file to WAL, so readers never wait for a writer; the file keeps it."""
+    conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+
+
+def sqlite_data_version(driver_conn: Any) -> Any:
+    """SQLite's ``PRAGMA data_version``, read on a DBAPI (``sqlite3``) connection.
+
+    It changes whenever another connection committed to the file since this one last read it.
+    """
+    return driver_conn.execute("PRAGMA data_version").fetchone()[0]

@@ -1,17 +1,7 @@
 """The NOTIFY protocol both ways: payloads built and parsed, the trigger DDL, announcements.
 
-The listener that receives them is ``wakeups.postgres``. Payloads on the ``dbworker``
-channel are ``rows:<table> <keys>`` (sent once per inserting or updating
-statement by the opt-in trigger that ``install_triggers`` puts on the application's source
-tables: the changed rows' keys as PostgreSQL writes them as text, in a JSON array, up to
-``MAX_NAMED_ROWS`` of them), a bare table name (more rows than that, or the statement
-trigger of earlier releases), ``<table> <key>`` (the row trigger of earlier builds),
-``again:<table> <key>`` (an item made claimable again: given back by a coordinator, or reset
-after it failed; other pods' sweeps may have passed it, and unlike a row change it is never
-the item's own handler writing), or ``done:<worker> <key>`` (sent when an item of a worker
-that others wait for ended, so dependent workers of other coordinators claim at once, by
-key if their sweep passed it; ``done:<worker>`` alone when the key has no text form or very
-many ended).
+The statements that send (``announce_*``, the trigger) and the ``LISTEN`` live here; the
+thread that listens and hands payloads to the router is ``wakeups.postgres``'.
 """
 
 from __future__ import annotations
@@ -24,6 +14,18 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
+# Payloads on the ``dbworker`` channel:
+# - ``rows:<table> <keys>``: sent once per inserting or updating statement by the opt-in
+#   trigger ``install_triggers`` puts on a source table, naming the changed rows' keys as
+#   PostgreSQL writes them as text, in a JSON array, up to ``MAX_NAMED_ROWS`` of them;
+# - ``<table>`` alone: more rows than that (or the statement trigger of earlier releases);
+#   ``<table> <key>``: the row trigger of earlier builds;
+# - ``again:<table> <key>``: an item claimable again (given back by a coordinator, or reset
+#   after it failed) that other pods' sweeps may have passed; unlike a row change it is
+#   never the item's own handler writing;
+# - ``done:<worker> <key>``: an item of a worker that others wait for ended, so dependent
+#   workers of other coordinators claim at once, by key if their sweep passed it;
+#   ``done:<worker>`` alone when the key has no text form or very many ended.
 CHANNEL = "dbworker"
 DONE = "done"  # + ":<worker>"; a bare "done" (any worker) is still understood
 AGAIN = "again"  # + ":<table> <key>"
@@ -34,6 +36,7 @@ MAX_ANNOUNCED_KEYS = 64  # per worker and batch; more are announced as "done:<wo
 # Rows a claim loop takes by key at once; more named between two claims make it sweep from
 # the start instead (so announcing more than one past this changes nothing).
 MAX_NAMED_ROWS = 64
+_TRANSITION_TABLE = "dbworker_rows"  # the trigger's name for the statement's new rows
 
 
 def trigger_statements(conn: sa.Connection, table: sa.Table) -> list[str]:
@@ -45,6 +48,12 @@ def trigger_statements(conn: sa.Connection, table: sa.Table) -> list[str]:
     million rows would otherwise queue a million notifications for every listening pod.
     Over ``MAX_NAMED_ROWS`` rows are announced by the table's name alone (the loops sweep).
     PostgreSQL delivers notifications at commit, and only if the statement changed a row.
+
+    Text, not SQLAlchemy constructs: Core has none for a PL/pgSQL function body or for a
+    statement trigger with a transition table. So every identifier goes through the
+    dialect's identifier preparer, every string literal through ``_literal``, the numbers
+    are this module's constants, and the body is dollar-quoted: a key column whose quoted
+    name holds ``$$`` would end it early, so it is a ``ValueError``.
     """
     prep = conn.dialect.identifier_preparer
     quoted = prep.format_table(table)
@@ -52,22 +61,36 @@ def trigger_statements(conn: sa.Connection, table: sa.Table) -> list[str]:
     function = prep.quote(f"{FUNCTION}_{table.name}")
     if table.schema:
         function = f"{prep.quote_schema(table.schema)}.{function}"
+    rows = prep.quote(_TRANSITION_TABLE)
+    channel = _literal(CHANNEL)
     body = (
         "DECLARE n integer; keys text; BEGIN "
         f"SELECT count(*), json_agg(k)::text INTO n, keys FROM (SELECT {prep.quote(key.name)}::text AS k "
-        f"FROM dbworker_rows LIMIT {MAX_NAMED_ROWS + 1}) AS named; "
-        f"IF n > {MAX_NAMED_ROWS} THEN PERFORM pg_notify('{CHANNEL}', TG_TABLE_NAME); "
-        f"ELSIF n > 0 THEN PERFORM pg_notify('{CHANNEL}', '{ROWS}:' || TG_TABLE_NAME || ' ' || keys); "
+        f"FROM {rows} LIMIT {MAX_NAMED_ROWS + 1}) AS named; "
+        f"IF n > {MAX_NAMED_ROWS} THEN PERFORM pg_notify({channel}, TG_TABLE_NAME); "
+        f"ELSIF n > 0 THEN PERFORM pg_notify({channel}, {_literal(ROWS + ':')} || TG_TABLE_NAME || ' ' || keys); "
         "END IF; RETURN NULL; END"
     )
+    if "$$" in body:
+        raise ValueError(f"{table.name}.{key.name}: a key column named with '$$' cannot have the notify trigger")
     statements = [f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$ {body} $$"]
     for trigger, event in ((TRIGGER, "INSERT"), (f"{TRIGGER}_update", "UPDATE")):
+        name = prep.quote(trigger)
         statements += [
-            f"DROP TRIGGER IF EXISTS {trigger} ON {quoted}",
-            f"CREATE TRIGGER {trigger} AFTER {event} ON {quoted} REFERENCING NEW TABLE AS dbworker_rows "
+            f"DROP TRIGGER IF EXISTS {name} ON {quoted}",
+            f"CREATE TRIGGER {name} AFTER {event} ON {quoted} REFERENCING NEW TABLE AS {rows} "
             f"FOR EACH STATEMENT EXECUTE FUNCTION {function}()",
         ]
     return statements
+
+
+def _literal(text: str) -> str:
+    """``text`` as a PostgreSQL string literal, its quotes doubled.
+
+    Only for this module's constants, which hold no backslash: the literal means the same
+    whatever the server's ``standard_conforming_strings``.
+    """
+    return "'" + text.replace("'", "''") + "'"
 
 
 def source_change(payload: str, table: str) -> tuple[bool, list[str]]:
@@ -128,6 +151,22 @@ def announce_rows(conn: sa.Connection, table: str, keys: Iterable[Any]) -> None:
     send = sa.text("SELECT pg_notify(:channel, payload) FROM unnest(CAST(:payloads AS TEXT[])) AS payload")
     conn.execute(send.bindparams(sa.bindparam("payloads", type_=postgresql.ARRAY(sa.Text()))),
                  {"channel": CHANNEL, "payloads": payloads})  # fmt: skip
+
+
+def listen(driver_conn: Any) -> None:
+    """``LISTEN`` on the channel, on a DBAPI (psycopg) connection in autocommit.
+
+    ``CHANNEL`` is a constant lower-case identifier, so it needs no quoting.
+    """
+    driver_conn.execute(f"LISTEN {CHANNEL}")
+
+
+def announce_done(driver_conn: Any, ended: dict[str, set[str] | None]) -> None:
+    """Notify ``done_payloads(ended)`` on a DBAPI (psycopg) connection, in one statement."""
+    driver_conn.execute(
+        "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
+        (CHANNEL, done_payloads(ended)),
+    )
 
 
 def done_payloads(ended: dict[str, set[str] | None]) -> list[str]:

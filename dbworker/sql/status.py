@@ -1,17 +1,20 @@
-"""Reading recorded statuses: ``execution_status()`` and the ``has_execution_status()`` EXISTS.
+"""Statuses outside the claim path: reads, the ``has_execution_status()`` EXISTS, counts, backlog.
 
-Both only build or run plain queries on the work table; neither commits nor changes anything.
+Also the failed list and resetting failed items. Nothing here commits (the caller does);
+the claim path itself is ``claims``', the claimable query it counts ``statements``'.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from dbworker.contract import ExecutionStatus
+from dbworker.sql import dialects, notify, statements
 
 
 def statuses_values(statuses: Iterable[ExecutionStatus | str]) -> list[str]:
@@ -60,3 +63,57 @@ def counts(session: Session, table: sa.Table) -> dict[ExecutionStatus, int]:
     ).all()
     found = {ExecutionStatus(status): int(n) for status, n in rows}
     return {s: found.get(s, 0) for s in ExecutionStatus}
+
+
+def backlog(
+    conn: Connection,
+    table: sa.Table,
+    key: sa.Column[Any],
+    eligible: Callable[[], sa.Select[Any]] | None,
+    *,
+    cap: int,
+) -> int:
+    """How many rows of the eligible query are claimable now, counting at most ``cap``."""
+    query = statements.claimable(table, key, statements.eligible_query(eligible, key), dialects.of(conn))
+    return int(conn.execute(sa.select(sa.func.count()).select_from(query.limit(cap).subquery())).scalar_one())
+
+
+def failed(session: Session, table: sa.Table, *, limit: int) -> list[tuple[Any, str | None]]:
+    """Up to ``limit`` failed items as (source_id, error), in key order."""
+    w = table.c
+    rows = session.execute(
+        sa.select(w.source_id, w.error)
+        .where(w.execution_status == ExecutionStatus.FAILED.value)
+        .order_by(w.source_id)
+        .limit(limit)
+    ).all()
+    return [(r[0], r[1]) for r in rows]
+
+
+def reset_failed(session: Session, table: sa.Table, which: sa.ColumnElement[bool], *, source_table: str) -> int:
+    """Set the FAILED items ``which`` selects back to UNFINISHED, error and claim cleared; how many.
+
+    On PostgreSQL the reset keys are announced on ``source_table`` (``notify.announce_rows``)
+    with the caller's commit, so pods whose claim sweep passed these items claim them at
+    once instead of at the sweep's next wrap.
+    """
+    w = table.c
+    reset = (
+        sa.update(table)
+        .where(which, w.execution_status == ExecutionStatus.FAILED.value)
+        .values(
+            execution_status=ExecutionStatus.UNFINISHED.value,
+            error=None,
+            claim_token=None,
+            lease_expires_at=None,
+            traceback=None,
+            not_before=None,
+            attempts=0,  # a new step: its attempts start again
+        )
+    )
+    conn = session.connection(bind_arguments={"clause": reset})
+    if conn.dialect.name != "postgresql":
+        return int(getattr(conn.execute(reset), "rowcount", 0))
+    keys = conn.execute(reset.returning(w.source_id)).scalars().all()
+    notify.announce_rows(conn, source_table, keys)
+    return len(keys)

@@ -1,7 +1,8 @@
 """The ``<name>_work`` table of each worker, defined in the source model's MetaData.
 
 Keeping it in the application's MetaData lets the application's own migrations see it. The
-layout is 0.0.1's plus an index on ``execution_status``; ``upgrade.py`` brings older
+layout is 0.0.1's plus an index on ``execution_status`` and the lifecycle columns
+(``attempts``, ``not_before`` with its index, ``traceback``); ``upgrade.py`` brings older
 databases to it.
 """
 
@@ -46,6 +47,15 @@ def status_index_name(worker: str) -> str:
     return f"ix_{table_name(worker)}_execution_status"
 
 
+def not_before_index_name(worker: str) -> str:
+    return f"ix_{table_name(worker)}_not_before"
+
+
+# Columns added after 0.0.1, in the order the upgrade adds them (each with a server default
+# or nullable, so existing rows stay valid and 0.0.1 code that never writes them still works).
+ADDED_COLUMNS = ("attempts", "not_before", "traceback")
+
+
 def work_table(worker: str, source: Any) -> sa.Table:
     """The work table of ``worker`` over ``source``, defined once per MetaData.
 
@@ -71,6 +81,12 @@ def work_table(worker: str, source: Any) -> sa.Table:
         sa.Column("claim_token", sa.String(TOKEN_LENGTH), nullable=True),
         sa.Column("lease_expires_at", sa.DateTime(), nullable=True, index=True),
         sa.Column("error", sa.Text(), nullable=True),
+        # Invocations of the current step (see sql/attempts.py); 0 before the first claim.
+        sa.Column("attempts", sa.Integer(), nullable=False, server_default=sa.text("0")),
+        # Not claimable before (naive UTC), set only on unfinished items that wait.
+        sa.Column("not_before", sa.DateTime(), nullable=True),
+        sa.Column("traceback", sa.Text(), nullable=True),
         sa.Index(status_index_name(worker), "execution_status"),
+        sa.Index(not_before_index_name(worker), "not_before"),
         info={"dbworker_source": key.table},
     )

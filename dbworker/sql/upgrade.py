@@ -1,11 +1,8 @@
 """Creating work tables and upgrading them from older layouts, safe from many processes at once.
 
-Each step is idempotent (it looks before it changes) and runs under a server-side lock on
-PostgreSQL and MySQL/MariaDB; on SQLite, whose DDL is atomic, a step that loses a race finds
-its work done and accepts it. Steps, in order:
-
-1. create the work tables that do not exist (with every index of the current layout);
-2. 0.1.0: add the ``execution_status`` index to tables created by 0.0.1.
+Each step looks before it changes and runs under a server-side lock (PostgreSQL, MySQL/MariaDB);
+on SQLite, whose DDL is atomic, a step that loses a race finds its work done. The current
+layout is ``tables``'; the trigger DDL this installs is ``notify``'s.
 """
 
 from __future__ import annotations
@@ -14,11 +11,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from dbworker.sql import dialects
+from dbworker.sql.tables import ADDED_COLUMNS
 
 log = logging.getLogger("dbworker")
 
@@ -59,6 +58,16 @@ def _indexes(conn: Connection, table: sa.Table) -> set[tuple[str, ...]]:
     }
 
 
+def _columns(conn: Connection, table: sa.Table) -> set[str]:
+    return {str(c["name"]) for c in sa.inspect(conn).get_columns(table.name, schema=table.schema)}
+
+
+def _add_column(conn: Connection, table: sa.Table, column: sa.Column[Any]) -> None:
+    # The column's DDL as CREATE TABLE would write it (type, server default, nullability).
+    spec = sa.schema.CreateColumn(column).compile(dialect=conn.dialect)
+    conn.exec_driver_sql(f"ALTER TABLE {conn.dialect.identifier_preparer.format_table(table)} ADD COLUMN {spec}")
+
+
 def _has_table(conn: Connection, table: sa.Table) -> bool:
     return sa.inspect(conn).has_table(table.name, schema=table.schema)
 
@@ -70,6 +79,11 @@ def _apply(conn: Connection, table: sa.Table) -> list[str]:
         table.create(conn)
         done.append(f"created {table.name}")
     else:
+        have = _columns(conn, table)
+        for name in ADDED_COLUMNS:
+            if name not in have:
+                _add_column(conn, table, table.c[name])
+                done.append(f"added column {table.name}.{name}")
         present = _indexes(conn, table)
         for index in sorted(table.indexes, key=lambda ix: str(ix.name)):
             columns = tuple(c.name for c in index.columns)
@@ -82,6 +96,11 @@ def _apply(conn: Connection, table: sa.Table) -> list[str]:
 
 def ensure(engine: Engine, tables: Iterable[sa.Table]) -> list[str]:
     """Create or upgrade ``tables``; return the changes made (empty when all was current).
+
+    The steps, in order: 1. create the work tables that do not exist (with every column and
+    index of the current layout); 2. add the columns a table lacks (``tables.ADDED_COLUMNS``:
+    0.2.0's lifecycle columns); 3. add the indexes it lacks (0.1.0's ``execution_status``
+    index on tables created by 0.0.1, 0.2.0's ``not_before`` index).
 
     Transient errors and lost races (another process created the same thing first) are
     retried; the end state is checked, so every concurrent caller succeeds.
@@ -111,7 +130,28 @@ def current(engine: Engine, table: sa.Table) -> bool:
         if not _has_table(conn, table):
             return False
         present = _indexes(conn, table)
-        return all(tuple(c.name for c in ix.columns) in present for ix in table.indexes)
+        return set(ADDED_COLUMNS) <= _columns(conn, table) and all(
+            tuple(c.name for c in ix.columns) in present for ix in table.indexes
+        )
+
+
+def lacking_columns(engine: Engine, tables: Iterable[sa.Table]) -> dict[str, list[str]]:
+    """Tables that exist but lack columns of the current layout: name -> the missing columns."""
+    inspector = sa.inspect(engine)
+    lacking: dict[str, list[str]] = {}
+    for table in tables:
+        if inspector.has_table(table.name, schema=table.schema):
+            have = {str(c["name"]) for c in inspector.get_columns(table.name, schema=table.schema)}
+            absent = [name for name in ADDED_COLUMNS if name not in have]
+            if absent:
+                lacking[table.name] = absent
+    return lacking
+
+
+def missing(engine: Engine, tables: Iterable[sa.Table]) -> list[str]:
+    """The names of ``tables`` that do not exist in the database yet (one schema inspection)."""
+    inspector = sa.inspect(engine)
+    return [t.name for t in tables if not inspector.has_table(t.name, schema=t.schema)]
 
 
 def install_notify_triggers(engine: Engine, tables: Iterable[sa.Table]) -> list[str]:

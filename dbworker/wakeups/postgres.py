@@ -72,7 +72,7 @@ class Listener:
 
     def _listen(self, conn: Any) -> None:
         conn.autocommit = True
-        conn.execute(f"LISTEN {notify.CHANNEL}")
+        notify.listen(conn)
         # Sleep in select() on the connection's socket and a self-pipe for announcements:
         # an idle coordinator costs no CPU here, and notifications act at once.
         own = conn.info.backend_pid
@@ -84,10 +84,7 @@ class Listener:
                 self._announce.clear()
                 with self._ended_lock:
                     ended, self._ended = self._ended, {}
-                conn.execute(
-                    "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
-                    (notify.CHANNEL, notify.done_payloads(ended)),
-                )
+                notify.announce_done(conn, ended)
                 continue
             readable, _, _ = select.select([conn.fileno(), self._wake_r], [], [], _IDLE_CHECK_SECONDS)
             if self._wake_r in readable:

@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from dbworker.backoff import Backoff
+from dbworker.sql import dialects
 from dbworker.wakeups import connection
 from dbworker.wakeups.inotify import DirectoryWrites
 
@@ -80,7 +81,7 @@ class DataVersionWatcher:
 
     def _changed(self, conn: Any) -> bool:
         """Read data_version; wake the loops when it changed."""
-        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        version = dialects.sqlite_data_version(conn)
         if version == self._last:
             return False
         self._last = version

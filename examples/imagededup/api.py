@@ -85,11 +85,11 @@ def status_text(status: ExecutionStatus | None) -> str:
 
 
 def failure(worker: str, s: Session, source_id: int) -> dict[str, str | None]:
-    """`error`: the exception line of a FAILED item's recorded error; `error_detail`: all of it."""
+    """`error`: the exception line of a FAILED item (class and text); `error_detail`: its traceback."""
     state = coordinator.workers[worker].state(s, source_id)
     if state is None or state["execution_status"] != ExecutionStatus.FAILED:
         return {"error": None, "error_detail": None}
-    detail = str(state["error"] or "")
+    detail = str(state["traceback"] or state["error"] or "")
     lines = [line.strip() for line in detail.splitlines() if line.strip()] or ["no error recorded"]
     # "examples.imagededup.workers.UnreadableImageError: ..." -> "UnreadableImageError: ..."
     return {"error": re.sub(r"^[\w.]+\.(\w+): ", r"\1: ", lines[-1]), "error_detail": detail}

@@ -101,6 +101,18 @@ def test_retry_ids_and_all_failed(appdb: AppDb) -> None:
     assert bad.stderr == "dbworker: item ID 'x' is not an integer (the primary key of Task)\n"
 
 
+def test_cancel_ids(appdb: AppDb) -> None:
+    _seed_statuses(appdb)
+    r = run_command(["cancel", APP, "--worker", "main", "4", "2"], database_url=appdb.url)
+    assert r.returncode == 0, r.stderr
+    assert "cancelled 1 item(s) of worker 'main'" in r.stdout
+    assert "left alone (finished or failed already): 2" in r.stderr
+    state = appdb.state("main", 4)  # never claimed: it gets a record and will not run
+    assert str(state["execution_status"]) == "failed" and state["error"] == "cancelled"
+    bad = run_command(["cancel", APP, "--worker", "main"], database_url=appdb.url)
+    assert bad.returncode == 2 and "nothing to cancel: give the item IDs" in bad.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "env", "reason", "expected"),
     [

@@ -3,7 +3,11 @@
 Actions: ``finish``; ``fail``; ``sleep:S`` then finish; ``exit:N`` (os._exit); ``kill``
 (SIGKILL itself); ``unfinished:K`` (Unfinished until called K times); ``commit`` (calls
 session.commit); ``bad`` (returns a wrong value); ``wait`` (finishes once a ``go`` file exists);
-``dbwait`` (finishes once the item's ``release`` flag is set, read in fresh transactions).
+``dbwait`` (finishes once the item's ``release`` flag is set, read in fresh transactions);
+``flaky:K`` (raises OSError until its K-th attempt); ``value`` (raises ValueError); ``killonce``
+(SIGKILLs itself on its first attempt); ``hang`` (ignores SIGTERM and never returns);
+``later:S`` (``Unfinished(after=S)`` on its first run, then finishes). Attempts are counted
+by ``started`` rows, which survive the rollback of a failed attempt.
 Every run that commits writes one ``outputs`` row whose unique key is the item and the run
 number, so a second commit of the same run would violate the constraint.
 """
@@ -19,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from dbworker import Coordinator, Finished, Outcome, Unfinished
+from dbworker import Coordinator, Finished, Outcome, Retry, Unfinished
 
 
 class Base(DeclarativeBase):
@@ -53,7 +57,7 @@ class Started(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     item_id: Mapped[int] = mapped_column()
     pid: Mapped[int] = mapped_column()
-    at: Mapped[float] = mapped_column(sa.Float)
+    at: Mapped[float] = mapped_column(sa.Double)  # MySQL FLOAT is single precision
 
 
 def _mark_started(session: Session, item_id: int) -> None:
@@ -66,9 +70,21 @@ def _mark_started(session: Session, item_id: int) -> None:
 
 def handle(item: Item, session: Session) -> Outcome:
     action, _, arg = item.action.partition(":")
-    if action in ("sleep", "wait", "dbwait", "kill", "exit"):
+    if action in ("sleep", "wait", "dbwait", "kill", "exit", "flaky", "killonce", "hang", "later", "value"):
         _mark_started(session, item.id)
     item.runs += 1
+    if action == "flaky" and _starts(session, item.id) < int(arg):
+        raise OSError(f"item {item.id} is flaky")
+    if action == "value":
+        raise ValueError(f"item {item.id} has a bad value")
+    if action == "killonce" and _starts(session, item.id) == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if action == "hang":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        while True:
+            time.sleep(1)
+    if action == "later" and item.runs == 1:
+        return Unfinished(after=float(arg))
     if action == "fail":
         raise RuntimeError(f"item {item.id} asked to fail")
     if action == "sleep":
@@ -100,6 +116,17 @@ def handle(item: Item, session: Session) -> Outcome:
     return Finished()
 
 
+def handle_then(item: Item, session: Session) -> Outcome:
+    """A second worker's handler: one ``outputs`` row under the worker name ``then``."""
+    session.add(Output(item_id=item.id, run=1, pid=os.getpid(), worker="then"))
+    return Finished()
+
+
+def _starts(session: Session, item_id: int) -> int:
+    with Session(session.get_bind()) as s:
+        return int(s.scalar(sa.select(sa.func.count()).select_from(Started).where(Started.item_id == item_id)) or 0)
+
+
 def create_app_tables(engine: sa.Engine) -> None:
     Base.metadata.create_all(engine, tables=[Item.__table__, Output.__table__, Started.__table__])
 
@@ -111,6 +138,8 @@ def build(
     eligible: Any = None,
     app_tables: bool = True,
     work_tables: bool = True,
+    retry: Retry | None = None,
+    timeout: float | None = None,
     **settings: Any,
 ) -> Coordinator:
     """A coordinator on ``url`` with worker ``items`` (application and work tables created)."""
@@ -118,7 +147,9 @@ def build(
     if app_tables:
         create_app_tables(engine)
     coordinator = Coordinator(sessionmaker(engine), database_url=url, **settings)
-    coordinator.transactional_worker(name="items", source=Item, eligible=eligible, concurrency=concurrency)(handle)
+    coordinator.transactional_worker(
+        name="items", source=Item, eligible=eligible, concurrency=concurrency, retry=retry, timeout=timeout
+    )(handle)
     if work_tables:
         coordinator.create_worker_tables()
     return coordinator

@@ -11,7 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from dbworker.sql import claims, dialects
+from dbworker.sql import claims, dialects, statements
 from tests.apps import basic
 from tests.conftest import Database
 
@@ -40,7 +40,7 @@ def test_claim_plan_reads_no_history(pg: Database) -> None:
     with pg.engine.connect() as conn:
         caps = dialects.of(conn)
         query = (
-            claims.claimable(table, key, claims.eligible_query(None, key), caps, after=HISTORY)
+            statements.claimable(table, key, statements.eligible_query(None, key), caps, after=HISTORY)
             .order_by(key)
             .limit(2)
             .with_for_update(skip_locked=True, of=key.table)
@@ -57,7 +57,7 @@ def test_claim_plan_reads_no_history(pg: Database) -> None:
 
 
 def test_every_round_of_a_claim_on_one_connection_is_one_statement(pg: Database) -> None:
-    # The scheduler claims rows named by notifications, then sweeps, on one connection. Each
+    # The loop claims rows named by notifications, then sweeps, on one connection. Each
     # round must be the one autocommitted statement: the sweep had fallen back to separate
     # statements, in autocommit, whose row locks ended with each statement.
     c = basic.build(pg.url)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from dbworker import ExecutionStatus, child
+from dbworker import ExecutionStatus, child, messages
 from dbworker.sql import claims, dialects
 from tests.apps import basic
 from tests.integration.conftest import App
@@ -106,5 +106,5 @@ def test_a_vanished_source_row_fails_the_item(app: App) -> None:
         report = runner.run(taken)
     finally:
         runner.close()
-    assert report.outcome == child.FAILED and "no longer exists" in (report.error or "")
+    assert report.outcome == messages.FAILED and "no longer exists" in (report.error or "")
     assert app.status(victim) is ExecutionStatus.FAILED

@@ -1,4 +1,4 @@
-"""Hot-path statements compiled once (claims.Precompiled): same results as SQLAlchemy's own execution."""
+"""Hot-path statements compiled once (statements.Precompiled): same results as SQLAlchemy's own execution."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from dbworker import Coordinator, ExecutionStatus
-from dbworker.sql import claims
+from dbworker.sql import statements
 from tests.apps import typed_keys
 from tests.conftest import Database
 from tests.helpers import wait_until
@@ -31,8 +31,8 @@ def test_plain_types_run_as_driver_sql_and_processed_types_the_normal_way(db: Da
     with db.engine.begin() as conn:
         conn.execute(sa.insert(table), [{"code": "order-1", "done": False}, {"code": "order-2", "done": True}])
     length = sa.func.length(table.c.code) == sa.bindparam("n", type_=sa.Integer())
-    plain = claims.Precompiled(sa.select(sa.func.count()).select_from(table).where(length))
-    typed = claims.Precompiled(sa.select(table.c.code).where(table.c.code == sa.bindparam("k", type_=table.c.code.type)))
+    plain = statements.Precompiled(sa.select(sa.func.count()).select_from(table).where(length))
+    typed = statements.Precompiled(sa.select(table.c.code).where(table.c.code == sa.bindparam("k", type_=table.c.code.type)))
     runs = _driver_sql_runs(db.engine)
     with db.engine.connect() as conn:
         assert plain.execute(conn, {"n": 7}).scalar_one() == 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
@@ -20,9 +21,10 @@ from tests.helpers import wait_until
 from tests.integration.conftest import FAST
 
 
-def old_layout(metadata: sa.MetaData) -> sa.Table:
-    """``items_work`` exactly as dbworker 0.0.1 created it."""
+def old_layout(metadata: sa.MetaData, release: str = "0.0.1") -> sa.Table:
+    """``items_work`` exactly as dbworker 0.0.1 created it (0.1.0: plus the status index)."""
     items = sa.Table("items", metadata, sa.Column("id", sa.Integer, primary_key=True))
+    status_index = [sa.Index("ix_items_work_execution_status", "execution_status")] if release == "0.1.0" else []
     return sa.Table(
         "items_work",
         metadata,
@@ -31,6 +33,7 @@ def old_layout(metadata: sa.MetaData) -> sa.Table:
         sa.Column("claim_token", sa.String(36)),
         sa.Column("lease_expires_at", sa.DateTime, index=True),
         sa.Column("error", sa.Text),
+        *status_index,
     )
 
 
@@ -58,9 +61,9 @@ def _upgrade_in_process(url: str) -> list[str]:
     return c.upgrade_worker_tables()
 
 
-def build_old_database(db: Database) -> None:
+def build_old_database(db: Database, release: str = "0.0.1") -> None:
     basic.create_app_tables(db.engine)
-    old = old_layout(sa.MetaData())
+    old = old_layout(sa.MetaData(), release)
     old.create(db.engine)
     with Session(db.engine) as s:
         s.execute(sa.insert(basic.Item), [{"action": "finish"} for _ in range(4)])
@@ -75,12 +78,21 @@ def build_old_database(db: Database) -> None:
         s.commit()
 
 
-def test_old_layout_upgrades_to_a_fresh_install_from_many_processes(db: Database, tmp_path: Any) -> None:
-    build_old_database(db)
+@pytest.mark.parametrize("release", ["0.0.1", "0.1.0"])
+def test_old_layout_upgrades_to_a_fresh_install_from_many_processes(db: Database, tmp_path: Any, release: str) -> None:
+    build_old_database(db, release)
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(4) as pool:
         changes = pool.map(_upgrade_in_process, [db.url] * 4)
-    assert sum(len(c) for c in changes) == 1  # exactly one process added the index
+    # Each change made by exactly one process: three columns and two indexes.
+    made = sorted(change for c in changes for change in c)
+    assert made == [
+        "added column items_work.attempts",
+        "added column items_work.not_before",
+        "added column items_work.traceback",
+        *(["added index ix_items_work_execution_status"] if release == "0.0.1" else []),
+        "added index ix_items_work_not_before",
+    ]
     assert _upgrade_in_process(db.url) == []  # a second upgrade is a no-op
     upgraded = schema(db.engine, "items_work")
     fresh_db = tmp_path / "fresh"
@@ -101,7 +113,19 @@ def test_old_database_keeps_working_before_and_after_the_upgrade(db: Database) -
     c = basic.build(db.url, app_tables=False, work_tables=False, **FAST)
     work = c.workers["items"].table
     assert not upgrade.current(db.engine, work)
-    c.start()  # before the upgrade: the old layout serves claims as it did
+    # Before the upgrade: refused at start, naming the fix; nothing was claimed or changed.
+    with pytest.raises(RuntimeError, match=r"items_work lacks attempts, not_before, traceback\): run `dbworker migrate"):
+        c.start()
+    assert c.upgrade_worker_tables() == [
+        "added column items_work.attempts",
+        "added column items_work.not_before",
+        "added column items_work.traceback",
+        "added index ix_items_work_execution_status",
+        "added index ix_items_work_not_before",
+    ]
+    assert upgrade.current(db.engine, work)
+    c = basic.build(db.url, app_tables=False, work_tables=False, **FAST)
+    c.start()  # the 0.0.1 rows read as never retried, not waiting
 
     def status(coordinator: Any, item: int) -> ExecutionStatus | None:
         with Session(db.engine) as s:  # a fresh transaction each time (MariaDB reads repeatably)
@@ -115,11 +139,11 @@ def test_old_database_keeps_working_before_and_after_the_upgrade(db: Database) -
         assert status(c, 2) is ExecutionStatus.FAILED
         with Session(db.engine) as s:
             assert c.workers["items"].state(s, 2)["error"] == "boom"  # type: ignore[index]
+            assert c.workers["items"].state(s, 2)["attempts"] == 0  # type: ignore[index]
             assert s.scalar(sa.select(sa.func.count()).select_from(basic.Output).where(basic.Output.item_id == 1)) == 0
     finally:
         c.stop()
-    assert c.upgrade_worker_tables() == [f"added index {next(iter(ix.name for ix in work.indexes if 'status' in str(ix.name)))}"]
-    assert upgrade.current(db.engine, work)
+    assert c.upgrade_worker_tables() == []  # a second upgrade is a no-op
     c2 = basic.build(db.url, app_tables=False, work_tables=False, **FAST)
     [new] = basic.add_items(db.engine, ["finish"])
     c2.start()

@@ -138,6 +138,8 @@ def test_every_option_and_its_variable_is_in_help(capsys: pytest.CaptureFixture[
         ),
         (["run", "a:c", "--bogus"], {}, "unrecognized arguments: --bogus"),
         (["retry", "a:c", "1"], {}, "retry needs exactly one --worker"),
+        (["cancel", "a:c", "1"], {}, "cancel needs exactly one --worker"),
+        (["cancel", "a:c", "--worker", "w"], {}, "nothing to cancel: give the item IDs"),
         (["retry", "a:c", "--worker", "w"], {}, "nothing to retry"),
         (
             ["retry", "a:c", "--worker", "w", "--all-failed", "3"],

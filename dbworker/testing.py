@@ -1,0 +1,67 @@
+"""Aids for an application's own tests: run claimable items in the calling process.
+
+``drain`` claims and runs items with the same statements, fenced commit, failure, retry and
+dependency rules as a running coordinator, but in the caller's process and thread, on the
+coordinator's own engine: no child process, no thread, nothing left behind. What is not due
+yet (a retry delay, ``Unfinished(after=)``) is left alone, as a coordinator would.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from sqlalchemy.engine import URL
+
+from dbworker import messages
+from dbworker.child import ChildConfig, Runner
+from dbworker.coordinator import Coordinator
+from dbworker.sql import claims
+from dbworker.sql.dialects import connect
+from dbworker.workers import RegisteredWorker
+
+
+def drain(coordinator: Coordinator, *, workers: Iterable[str] | None = None, max_items: int = 10000) -> dict[str, int]:
+    """Run every claimable item of ``workers`` (default: all) until none is claimable.
+
+    Returns how many items were run per worker (an item run twice, as ``Unfinished``
+    steps or retries, counts twice). Stops after ``max_items`` runs in all, so a handler
+    that always returns ``Unfinished()`` cannot loop forever. The worker's ``timeout``
+    is not enforced (the handler runs in this process). Raises ``KeyError`` for an
+    unknown worker and ``ValueError`` for a bad ``max_items``.
+    """
+    if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
+        raise ValueError(f"max_items must be an integer >= 1, got {max_items!r}")
+    names = list(coordinator.workers) if workers is None else [coordinator.workers[n].name for n in workers]
+    registered = {w.name: w for w in coordinator.registrations()}
+    engine = coordinator.engine
+    runners = {name: Runner(_config(registered[name], engine.url), engine=engine) for name in names}
+    ran = dict.fromkeys(names, 0)
+    total = 0
+    progress = True
+    while progress and total < max_items:
+        progress = False
+        for name in names:  # one item per worker per pass: dependencies interleave as in a fleet
+            if total >= max_items:
+                break
+            w = registered[name]
+            with connect(engine) as conn:
+                taken = claims.claim(conn, table=w.table, key=w.key, eligible=w.eligible, limit=1,
+                                     lease_seconds=coordinator.lease_seconds).taken  # fmt: skip
+            if not taken:
+                continue
+            report = runners[name].run(taken[0])
+            if report.outcome == messages.RETRY:  # a transient database error: give it back
+                with connect(engine) as conn:
+                    claims.release(conn, w.table, taken[0])
+            ran[name] += 1
+            total += 1
+            progress = True
+    return ran
+
+
+def _config(worker: RegisteredWorker, url: URL) -> ChildConfig:
+    return ChildConfig(
+        worker=worker.name, database_url=url.render_as_string(hide_password=False), engine_options={}, handler=worker.handler,
+        source=worker.source, parent_pid=os.getpid(), retry=worker.retry,
+    )  # fmt: skip

@@ -1,0 +1,3 @@
+-- again on sqlite (pysqlite, capabilities: none)
+-- parameters: execution_status='working', dbw_token, strftime_1='%Y-%m-%d %H:%M:%f000', strftime_2='now', dbw_lease, error=None, attempts_1=1, not_before=None, dbw_sid, execution_status_1='unfinished', strftime_3='%Y-%m-%d %H:%M:%f000', strftime_4='now', strftime_5='+0 seconds'
+UPDATE items_work SET execution_status=?, claim_token=?, lease_expires_at=strftime(?, ?, ?), error=?, attempts=(items_work.attempts + ?), not_before=? WHERE items_work.source_id = ? AND items_work.execution_status = ? AND (items_work.not_before IS NULL OR items_work.not_before <= strftime(?, ?, ?))

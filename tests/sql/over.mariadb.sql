@@ -1,0 +1,3 @@
+-- over on mariadb (pymysql, capabilities: skip_locked)
+-- parameters: execution_status='working', dbw_token, dbw_lease, utc_timestamp_1=6, error=None, attempts_1=1, not_before=None, dbw_sid, execution_status_1='working', utc_timestamp_2=6
+UPDATE items_work SET execution_status=%(execution_status)s, claim_token=%(dbw_token)s, lease_expires_at=timestampadd(MICROSECOND, %(dbw_lease)s, utc_timestamp(%(utc_timestamp_1)s)), error=%(error)s, attempts=(items_work.attempts + %(attempts_1)s), not_before=%(not_before)s WHERE items_work.source_id = %(dbw_sid)s AND items_work.execution_status = %(execution_status_1)s AND (items_work.lease_expires_at IS NULL OR items_work.lease_expires_at <= utc_timestamp(%(utc_timestamp_2)s))

@@ -1,0 +1,153 @@
+"""The sample work table, the dialects and the list of claim-path statements compiled to ``*.sql``.
+
+The sample is a worker ``items`` over a source ``items`` with an integer key: with
+``eligible=None``, and with one filtered, ordered eligible query. Its own MetaData keeps the
+files independent of the test applications.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from dbworker.sql import dialects, statements, tables
+
+DIRECTORY = Path(__file__).parent
+REGENERATE = ".venv/bin/python -m tests.sql.write"
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Item(Base):
+    __tablename__ = "items"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    ready: Mapped[bool] = mapped_column(default=True)
+    priority: Mapped[int] = mapped_column(default=0)
+
+
+WORK = tables.work_table("items", Item)
+KEY = tables.source_key(Item)
+
+
+def ready_by_priority() -> sa.Select[Any]:
+    """The sample eligible query: filtered, with an order of its own."""
+    return sa.select(Item).where(Item.ready).order_by(Item.priority.desc(), Item.id)
+
+
+# The oldest server on which every capability dbworker uses is on (dialects.capabilities):
+# SKIP LOCKED from MySQL 8.0.1 and MariaDB 10.6, server-made tokens from PostgreSQL 13.
+# SQLite's capabilities do not depend on its version. MariaDB is told apart on connecting.
+SERVERS: dict[str, tuple[str, tuple[int, ...] | None]] = {
+    "sqlite": ("sqlite+pysqlite://", None),
+    "postgresql": ("postgresql+psycopg://", (13, 0)),
+    "mysql": ("mysql+pymysql://", (8, 0, 1)),
+    "mariadb": ("mysql+pymysql://", (10, 6, 0)),
+}
+
+
+def dialect(name: str, version: tuple[int, ...] | None = None) -> Dialect:
+    """The dialect an engine for ``name`` has once connected to ``version`` (default: ``SERVERS``'); no connection is made."""
+    url, default = SERVERS[name]
+    version = version or default
+    d: Any = sa.create_engine(url).dialect  # with the driver's own parameter style
+    if version is None:
+        return d  # type: ignore[no-any-return]
+    d.server_version_info = version
+    if name in ("mysql", "mariadb"):
+        d.is_mariadb = name == "mariadb"
+        # What SQLAlchemy decides from the version on connecting (FOR UPDATE OF from MySQL
+        # 8.0, among others); these use no connection.
+        if d.is_mariadb:
+            d._initialize_mariadb(None)
+        else:
+            d._initialize_mysql(None)
+    return d  # type: ignore[no-any-return]
+
+
+def _one_shot(run: statements.Precompiled | None) -> Any:
+    return None if run is None else run.statement
+
+
+# Every claim-path statement, by file name: what ``claims`` runs, built by ``statements``.
+# None: the statement does not exist on that server.
+STATEMENTS: dict[str, Callable[[statements.Prebuilt, dialects.Capabilities], Any]] = {
+    "relax": lambda st, caps: st.relax,
+    "blocked": lambda st, caps: st.blocked,
+    "blocked_after": lambda st, caps: st.blocked_after,
+    "every": lambda st, caps: st.every,
+    "every_after": lambda st, caps: st.every_after,
+    "eligible": lambda st, caps: statements.eligible_candidates(
+        st, KEY, statements.eligible_query(ready_by_priority, KEY), caps, cursor=False
+    ),
+    "named": lambda st, caps: statements.named_candidates(st, KEY, statements.eligible_query(None, KEY), caps, [1, 2]),
+    "named_eligible": lambda st, caps: statements.named_candidates(
+        st, KEY, statements.eligible_query(ready_by_priority, KEY), caps, [1, 2]
+    ),
+    "claimable": lambda st, caps: statements.claimable(WORK, KEY, statements.eligible_query(None, KEY), caps),
+    "first": lambda st, caps: st.first,
+    "first_many": lambda st, caps: st.first_many,
+    "one_shot": lambda st, caps: _one_shot(st.one_shot),
+    "one_shot_after": lambda st, caps: _one_shot(st.one_shot_after),
+    "one_shot_keys": lambda st, caps: _one_shot(st.one_shot_keys),
+    "again": lambda st, caps: st.again,
+    "over": lambda st, caps: st.over,
+    "renew": lambda st, caps: st.renew,
+    "holder": lambda st, caps: statements.holder(WORK, 1),
+    "complete": lambda st, caps: st.complete,
+    "expired": lambda st, caps: st.expired,
+    "top_key": lambda st, caps: statements.top_key(KEY),
+    "load_source": lambda st, caps: statements.load_source(Item),
+}
+
+
+def render(statement: Any, d: Dialect, *, title: str) -> str:
+    """``statement`` as ``d`` sends it, under a header naming it and its parameters in order."""
+    # An IN list of values stays SQLAlchemy's placeholder (POSTCOMPILE), expanded per execution.
+    compiled = statement.compile(dialect=d)
+    params = compiled.params
+    names = list(compiled.positiontup) if compiled.positional else list(params)
+    # A bound parameter the caller binds (dbw_*) by name alone; one with a value, with it.
+    shown = [name if compiled.binds[name].required else f"{name}={params[name]!r}" for name in names]
+    # Lines without their trailing spaces, so an editor's clean-up never makes a file differ.
+    sql = "\n".join(line.rstrip() for line in str(compiled).strip().splitlines())
+    return f"-- {title}\n-- parameters: {', '.join(shown) or 'none'}\n{sql}\n"
+
+
+def compiled(name: str, d: Dialect | None = None) -> dict[str, str]:
+    """File name -> content of every statement that exists on ``name`` (compiled for ``d``, default ``dialect(name)``)."""
+    d = d or dialect(name)
+    caps = dialects.capabilities(d)
+    st = statements.prebuilt(WORK, KEY, caps)
+    driver = d.driver
+    found: dict[str, str] = {}
+    for statement, build in STATEMENTS.items():
+        built = build(st, caps)
+        if built is not None:
+            title = f"{statement} on {name} ({driver}, {_capabilities(caps)})"
+            found[f"{statement}.{name}.sql"] = render(built, d, title=title)
+    return found
+
+
+def _capabilities(caps: dialects.Capabilities) -> str:
+    on = [field for field in ("skip_locked", "lock_of", "gen_random_uuid") if getattr(caps, field)]
+    return "capabilities: " + (", ".join(on) or "none")
+
+
+def every_file() -> dict[str, str]:
+    """File name -> content, for every dialect."""
+    found: dict[str, str] = {}
+    for name in SERVERS:
+        found.update(compiled(name))
+    return found
+
+
+def committed() -> dict[str, str]:
+    """File name -> content of the ``*.sql`` files in this directory."""
+    return {path.name: path.read_text() for path in sorted(DIRECTORY.glob("*.sql"))}

@@ -1,0 +1,49 @@
+"""NOTIFY payloads both ways, and the trigger DDL's quoting."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import sqlalchemy as sa
+
+from dbworker.sql import notify
+from tests.sql import samples
+
+
+def test_notification_payloads_name_the_table_and_maybe_the_row() -> None:
+    assert notify.source_change('rows:items ["42", "a b,c"]', "items") == (True, ["42", "a b,c"])
+    assert notify.source_change("rows:items_old [\"42\"]", "items") == (False, [])
+    assert notify.source_change("rows:items [oops", "items") == (True, [])  # unreadable: sweep
+    assert notify.source_change("items 42", "items") == (True, ["42"])  # an earlier build's row trigger
+    assert notify.source_change("items a b", "items") == (True, ["a b"])  # keys may hold spaces
+    assert notify.source_change("items", "items") == (True, [])  # many rows, or an earlier release's trigger
+    assert notify.source_change("items_old 42", "items") == (False, [])
+    assert notify.source_change("done:items", "items") == (False, [])
+
+
+def test_done_announcements_name_the_ended_items_while_they_are_few() -> None:
+    assert notify.done_payloads({"hash": {"7", "12"}, "compare": None}) == [
+        "done:compare", "done:hash 12", "done:hash 7",
+    ]  # fmt: skip
+
+
+def _ddl(table: sa.Table) -> list[str]:
+    conn = types.SimpleNamespace(dialect=samples.dialect("postgresql"))
+    return notify.trigger_statements(conn, table)  # type: ignore[arg-type]
+
+
+def test_trigger_ddl_quotes_every_identifier() -> None:
+    table = sa.Table("Odd Items", sa.MetaData(), sa.Column("Key", sa.Integer, primary_key=True), schema="My Schema")
+    function, drop, create, *_ = _ddl(table)
+    assert function.startswith('CREATE OR REPLACE FUNCTION "My Schema"."dbworker_notify_Odd Items"() RETURNS trigger')
+    assert 'SELECT "Key"::text AS k FROM dbworker_rows LIMIT 65' in function
+    assert "pg_notify('dbworker', 'rows:' || TG_TABLE_NAME || ' ' || keys)" in function
+    assert drop == 'DROP TRIGGER IF EXISTS dbworker_notify ON "My Schema"."Odd Items"'
+    assert create.endswith('FOR EACH STATEMENT EXECUTE FUNCTION "My Schema"."dbworker_notify_Odd Items"()')
+
+
+def test_trigger_ddl_refuses_a_key_name_that_would_end_the_dollar_quoted_body() -> None:
+    table = sa.Table("items", sa.MetaData(), sa.Column("a$$b", sa.Integer, primary_key=True))
+    with pytest.raises(ValueError, match=r"\$\$"):
+        _ddl(table)
