@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import orm
@@ -17,6 +17,7 @@ from sqlalchemy import orm
 import dbworker
 from dbworker.pod import app, termination
 from dbworker.pod import options as opts
+from dbworker.workers import WorkerView
 
 INSPECT_CAP = 1000
 FAILED_LIMIT = 100
@@ -119,39 +120,37 @@ def render_table(report: Sequence[Mapping[str, Any]]) -> str:
 
 def retry(options: opts.Options, coordinator: dbworker.Coordinator) -> int:
     """Reset the given (or all) failed items of one worker; ids not failed go to stderr; exit 0."""
-    (name,) = app.select_workers(coordinator, options)
-    view = coordinator.workers[name]
-    ids = [app.convert_id(raw, view.source) for raw in options.ids]
-    app.ping(coordinator)
-    app.require_tables(coordinator, [name], options)
-    left: list[Any] = []
-    try:
-        with orm.Session(coordinator.engine) as session:
-            if options["all_failed"]:
-                count = view.reset_all_failed(session)
-            else:
-                count = 0
-                for source_id in ids:
-                    if view.reset_failed(session, source_id):
-                        count += 1
-                    else:
-                        left.append(source_id)
-            session.commit()
-    except termination.CommandError:
-        raise
-    except Exception as exc:
-        raise termination.CommandError(
-            f"resetting failed items failed: {termination.one_line(exc)}",
-            termination.database_code(exc),
-        ) from None
-    print(f"reset {count} failed item(s) of worker {name!r}")
-    if left:
-        print(f"left alone (not failed): {', '.join(map(str, left))}", file=sys.stderr)
-    return termination.EXIT_OK
+    return _each_item(
+        options, coordinator,
+        act=lambda view, session, source_id: view.reset_failed(session, source_id),
+        every=(lambda view, session: view.reset_all_failed(session)) if options["all_failed"] else None,
+        doing="resetting failed items", done="reset {count} failed item(s)", left_alone="not failed",
+    )  # fmt: skip
 
 
 def cancel(options: opts.Options, coordinator: dbworker.Coordinator) -> int:
     """Cancel the given items of one worker; ids already finished or failed go to stderr; exit 0."""
+    return _each_item(
+        options, coordinator,
+        act=lambda view, session, source_id: view.cancel(session, source_id),
+        every=None, doing="cancelling items", done="cancelled {count} item(s)",
+        left_alone="finished or failed already",
+    )  # fmt: skip
+
+
+def _each_item(
+    options: opts.Options,
+    coordinator: dbworker.Coordinator,
+    *,
+    act: Callable[[WorkerView, orm.Session, Any], bool],
+    every: Callable[[WorkerView, orm.Session], int] | None,
+    doing: str,
+    done: str,
+    left_alone: str,
+) -> int:
+    """``act`` on each given item of the one ``--worker`` (or ``every`` at once) in one
+    transaction; print how many it changed, and on stderr the ids it left alone.
+    """
     (name,) = app.select_workers(coordinator, options)
     view = coordinator.workers[name]
     ids = [app.convert_id(raw, view.source) for raw in options.ids]
@@ -160,18 +159,21 @@ def cancel(options: opts.Options, coordinator: dbworker.Coordinator) -> int:
     left: list[Any] = []
     try:
         with orm.Session(coordinator.engine) as session:
-            count = 0
-            for source_id in ids:
-                if view.cancel(session, source_id):
-                    count += 1
-                else:
-                    left.append(source_id)
+            if every is not None:
+                count = every(view, session)
+            else:
+                count = 0
+                for source_id in ids:
+                    if act(view, session, source_id):
+                        count += 1
+                    else:
+                        left.append(source_id)
             session.commit()
     except Exception as exc:
         raise termination.CommandError(
-            f"cancelling items failed: {termination.one_line(exc)}", termination.database_code(exc)
+            f"{doing} failed: {termination.one_line(exc)}", termination.database_code(exc)
         ) from None
-    print(f"cancelled {count} item(s) of worker {name!r}")
+    print(f"{done.format(count=count)} of worker {name!r}")
     if left:
-        print(f"left alone (finished or failed already): {', '.join(map(str, left))}", file=sys.stderr)
+        print(f"left alone ({left_alone}): {', '.join(map(str, left))}", file=sys.stderr)
     return termination.EXIT_OK
