@@ -84,6 +84,12 @@ def active() -> tuple[str, str] | None:
     return _ACTIVE
 
 
+def restore(previous: tuple[str, str] | None) -> None:
+    """Make ``active()`` answer ``previous`` again (tests that undo a ``setup()``)."""
+    global _ACTIVE
+    _ACTIVE = previous
+
+
 def check_level(level: str) -> str:
     """``level`` upper-cased; ``ValueError`` naming the allowed values otherwise."""
     upper = level.strip().upper()

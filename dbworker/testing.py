@@ -35,7 +35,7 @@ def drain(coordinator: Coordinator, *, workers: Iterable[str] | None = None, max
     names = list(coordinator.workers) if workers is None else [coordinator.workers[n].name for n in workers]
     registered = {w.name: w for w in coordinator.registrations()}
     engine = coordinator.engine
-    runners = {name: Runner(_config(registered[name], engine.url), engine=engine) for name in names}
+    runners = {name: Runner(child_config(coordinator, name), engine=engine) for name in names}
     ran = dict.fromkeys(names, 0)
     total = 0
     progress = True
@@ -58,6 +58,12 @@ def drain(coordinator: Coordinator, *, workers: Iterable[str] | None = None, max
             total += 1
             progress = True
     return ran
+
+
+def child_config(coordinator: Coordinator, worker: str) -> ChildConfig:
+    """What a handler process of ``worker`` is given (for tests that run a pool or a runner)."""
+    w = next(r for r in coordinator.registrations() if r.name == coordinator.workers[worker].name)
+    return _config(w, coordinator.engine.url)
 
 
 def _config(worker: RegisteredWorker, url: URL) -> ChildConfig:

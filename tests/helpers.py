@@ -78,10 +78,10 @@ def logging_restored() -> Iterator[None]:
 
     loggers = [logging.getLogger("dbworker"), logging.getLogger()]
     saved = [(list(lg.handlers), lg.propagate, lg.level) for lg in loggers]
-    active = logs._ACTIVE
+    active = logs.active()
     try:
         yield
     finally:
         for lg, (handlers, propagate, level) in zip(loggers, saved, strict=True):
             lg.handlers[:], lg.propagate, lg.level = handlers, propagate, level
-        logs._ACTIVE = active
+        logs.restore(active)

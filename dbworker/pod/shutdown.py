@@ -41,7 +41,7 @@ class Shutdown:
         self.drain_seconds = drain_seconds
         self._on_request = on_request
         # Reentrant: a signal handler runs on the main thread, possibly while it holds this.
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()
         self._coordinator: Stoppable | None = None
         self._signals = 0
         self._drain_thread: threading.Thread | None = None
@@ -53,18 +53,18 @@ class Shutdown:
     def install(self) -> None:
         """Handle SIGTERM and SIGINT from now on (call from the main thread)."""
         for sig in SIGNALS:
-            signal.signal(sig, self._handle)
+            signal.signal(sig, self.handle)
 
     def attach(self, coordinator: Stoppable) -> None:
         """The started coordinator to stop; a signal that came before is acted on now."""
-        with self._lock:
+        with self.lock:
             self._coordinator = coordinator
             if self.requested.is_set():
                 self._begin_drain()
 
     def request(self, signum: int | None = None) -> None:
         """What a signal does; also callable directly (tests, embedding)."""
-        with self._lock:
+        with self.lock:
             self._signals += 1
             first = self._signals == 1
         name = signal.Signals(signum).name if signum else "stop request"
@@ -73,12 +73,12 @@ class Shutdown:
             self.requested.set()
             if self._on_request is not None:
                 self._on_request()
-            with self._lock:
+            with self.lock:
                 if self._coordinator is not None:
                     self._begin_drain()
         else:
             log.warning("%s again: ending running handlers and releasing their claims now", name)
-            with self._lock:
+            with self.lock:
                 coordinator = self._coordinator
             if coordinator is not None:
                 threading.Thread(
@@ -95,7 +95,7 @@ class Shutdown:
                 log.error("coordinator did not stop %ss after abort; exiting", ABORT_WAIT_SECONDS)
                 return
 
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
+    def handle(self, signum: int, frame: FrameType | None) -> None:
         self.request(signum)
 
     def _begin_drain(self) -> None:

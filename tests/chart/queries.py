@@ -31,16 +31,16 @@ def dashboards() -> dict[str, dict[str, Any]]:
     return {path.name: json.loads(path.read_text()) for path in DASHBOARDS}
 
 
-def _panels(panels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def all_panels(panels: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for panel in panels:
         out.append(panel)
-        out.extend(_panels(panel.get("panels", [])))  # collapsed rows hold their panels
+        out.extend(all_panels(panel.get("panels", [])))  # collapsed rows hold their panels
     return out
 
 
 def panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
-    return [p for p in _panels(dashboard["panels"]) if p["type"] != "row"]
+    return [p for p in all_panels(dashboard["panels"]) if p["type"] != "row"]
 
 
 def panel_queries(name: str | None = None) -> list[Query]:

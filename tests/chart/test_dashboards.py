@@ -84,7 +84,7 @@ def test_dashboard_variables_and_datasource(name: str) -> None:
         for target in panel["targets"]:
             assert 'namespace=~"$namespace"' in target["expr"], (panel["title"], target["expr"])
     assert board["uid"] and board["title"].startswith("dbworker / ")
-    ids = [p["id"] for p in queries._panels(board["panels"])]
+    ids = [p["id"] for p in queries.all_panels(board["panels"])]
     assert len(ids) == len(set(ids))
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from dbworker import ExecutionStatus
+from dbworker import ExecutionStatus, testing
 from dbworker.pool import Done, Event, Pool, Skipped
 from dbworker.sql import claims
 from tests.apps import basic
@@ -17,7 +17,7 @@ from tests.integration.conftest import App
 def test_a_pending_item_cancelled_before_it_starts_is_skipped(app: App) -> None:
     c = app.coordinator()
     running, pending = app.add("sleep:1", "finish")
-    pool = Pool(c._child_config(c._get("items")), 1)
+    pool = Pool(testing.child_config(c, "items"), 1)
     pool.start()
     events: list[Event] = []
     try:

@@ -77,7 +77,7 @@ def test_install_handles_sigterm_and_sigint() -> None:
         s = shutdown.Shutdown(drain_seconds=1)
         s.install()
         for sig in shutdown.SIGNALS:
-            assert signal.getsignal(sig) == s._handle
+            assert signal.getsignal(sig) == s.handle
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
@@ -88,7 +88,7 @@ def test_a_signal_while_the_main_thread_holds_the_lock_does_not_deadlock() -> No
     s = shutdown.Shutdown(drain_seconds=1)
     c = FakeCoordinator()
     c.release.set()
-    with s._lock:
+    with s.lock:
         s.request(signal.SIGTERM)
         s.attach(c)
     s.wait()
