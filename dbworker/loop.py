@@ -439,7 +439,7 @@ class WorkerLoop:
                 )
             return False
         if ev.ended is EndReason.ABORTED:
-            self._give_back(ev.claim)
+            self._give_back(ev.claim, started=True)
             self._observer.executed(name, outcome=messages.ABORTED, seconds=None)
         elif ev.ended is EndReason.LOST:
             # Cancelled or taken over: the record is someone else's now; the writes rolled back.
@@ -475,18 +475,19 @@ class WorkerLoop:
             log.warning("dbworker worker %s: item %r failed: %s", self.worker.name, claim.source_id, error)
         return outcome
 
-    def _give_back(self, *given: claims.Claim) -> None:
+    def _give_back(self, *given: claims.Claim, started: bool = False) -> None:
         """Release claims so any process may take them now, and say so (PostgreSQL).
 
         Other pods' sweeps may have passed these items: the notification has them claimed
-        by key at once instead of at the sweeps' next wraps.
+        by key at once instead of at the sweeps' next wraps. ``started``: their handlers ran
+        (ended at a stop deadline), so their attempts count.
         """
         released = []
         for claim in given:
             self.sweep.claimable_again(claim.source_id)
             try:
                 with connect(self.engine) as conn:
-                    if claims.release(conn, self.worker.table, claim):
+                    if claims.release(conn, self.worker.table, claim, started=started):
                         released.append(claim.source_id)
             except Exception as exc:
                 self._db_error("complete", exc)

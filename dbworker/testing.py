@@ -53,7 +53,7 @@ def drain(coordinator: Coordinator, *, workers: Iterable[str] | None = None, max
             report = runners[name].run(taken[0])
             if report.outcome == messages.RETRY:  # a transient database error: give it back
                 with connect(engine) as conn:
-                    claims.release(conn, w.table, taken[0])
+                    claims.release(conn, w.table, taken[0], started=False)
             ran[name] += 1
             total += 1
             progress = True

@@ -103,17 +103,6 @@ def unfinished(conn: Connection, table: sa.Table, claim: Claim, *, after: float 
     return bool(conn.execute(update).rowcount == 1)
 
 
-def unstarted(conn: Connection, table: sa.Table, claim: Claim) -> None:
-    """``claim`` was given back before its handler started: its attempt does not count; no commit."""
-    w = table.c
-    conn.execute(
-        sa.update(table)
-        .where(w.source_id == claim.source_id, w.claim_token.is_(None), w.attempts > 0,
-               w.execution_status == _UNFINISHED)
-        .values(attempts=w.attempts - 1)
-    )
-
-
 def cancel(conn: Connection, table: sa.Table, source_id: Any) -> bool:
     """Mark ``source_id`` FAILED with the error ``cancelled`` unless it is FINISHED or FAILED,
     a never-claimed item included (it gets a record, so it will not run); no commit.

@@ -301,18 +301,22 @@ class Completer:
         self._run.prepare(conn.dialect)
 
 
-def release(conn: Connection, table: sa.Table, claim: Claim) -> bool:
-    """Give ``claim`` back at once (``unfinished``, no lease) so any process may take it; commits."""
+def release(conn: Connection, table: sa.Table, claim: Claim, *, started: bool = True) -> bool:
+    """Give ``claim`` back at once (``unfinished``, no lease) so any process may take it; commits.
+
+    ``started=False``: its handler never ran (prefetched, taken back, or a transient
+    database error), so the attempt its claim counted is taken back too.
+    """
     with transactions.committed(conn):
         relax = statements.of(conn, table).relax
         if relax is not None:
             conn.execute(relax)
         released = complete(conn, table, claim, ExecutionStatus.UNFINISHED)
+        if released and not started:
+            w = table.c
+            conn.execute(
+                sa.update(table)
+                .where(w.source_id == claim.source_id, w.claim_token.is_(None), w.attempts > 0)
+                .values(attempts=w.attempts - 1)
+            )
     return released
-
-
-def fail(conn: Connection, table: sa.Table, claim: Claim, error: str) -> bool:
-    """Record ``claim`` as failed with ``error`` if it is still current; commits."""
-    with transactions.committed(conn):
-        failed = complete(conn, table, claim, ExecutionStatus.FAILED, error=error)
-    return failed

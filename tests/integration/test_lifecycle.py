@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from dbworker import Coordinator, ExecutionStatus, Retry, testing
+from dbworker.sql import claims
 from tests.apps import basic
 from tests.helpers import pid_alive, wait_until
 from tests.integration.conftest import App
@@ -182,3 +183,17 @@ def test_drain_honours_retry_delays_and_unfinished_after(app: App) -> None:
     assert testing.drain(c) == {"items": 0}
     with pytest.raises(KeyError, match="unknown worker 'nope'"):
         testing.drain(c, workers=["nope"])
+
+
+def test_a_claim_given_back_before_its_handler_started_does_not_count_as_an_attempt(app: App) -> None:
+    c = app.coordinator()
+    [i] = app.add("finish")
+    w = c.workers["items"]
+    for started, attempts in ((False, 0), (True, 1)):
+        with app.db.engine.connect() as conn:
+            [taken] = claims.claim(conn, table=w.table, key=basic.Item.__table__.c.id, eligible=None,
+                                   limit=1, lease_seconds=30).taken  # fmt: skip
+            assert claims.release(conn, w.table, taken, started=started)
+        state = app.state(i)
+        assert state is not None and state["attempts"] == attempts
+        assert state["execution_status"] is ExecutionStatus.UNFINISHED
