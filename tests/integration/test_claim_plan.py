@@ -11,7 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from dbworker.sql import claims, dialects, statements
+from dbworker.sql import attempts, claims, dialects, statements
 from tests.apps import basic
 from tests.conftest import Database
 
@@ -76,3 +76,30 @@ def test_every_round_of_a_claim_on_one_connection_is_one_statement(pg: Database)
     assert [c.source_id for c in named.taken] == [ids[2]]
     assert [c.source_id for c in swept.taken] == ids[:2]
     assert len(statements) == 2, statements
+
+
+def test_due_times_are_read_through_the_not_before_index(pg: Database) -> None:
+    # 100,000 finished items and a few waiting ones: the loop's due-time lookup reads the
+    # not_before index (finished rows have none), not the history.
+    c = basic.build(pg.url)
+    with pg.engine.begin() as conn:
+        conn.exec_driver_sql(
+            f"INSERT INTO items (action, runs, ready, release, priority) "
+            f"SELECT 'finish', 1, true, false, 0 FROM generate_series(1, {HISTORY})"
+        )
+        conn.exec_driver_sql("INSERT INTO items_work (source_id, execution_status) SELECT id, 'finished' FROM items")
+        conn.exec_driver_sql(
+            "UPDATE items_work SET execution_status = 'unfinished', not_before = now() + interval '1 hour' "
+            "WHERE source_id <= 5"
+        )
+        conn.exec_driver_sql("ANALYZE")
+    table = c.workers["items"].table
+    with pg.engine.connect() as conn:
+        due = attempts.due(conn, table, 64)
+        query = sa.select(table.c.source_id).where(table.c.not_before.is_not(None)).order_by(table.c.not_before).limit(64)
+        sql = str(query.compile(conn, compile_kwargs={"literal_binds": True}))
+        [[plan]] = conn.exec_driver_sql("EXPLAIN (ANALYZE, FORMAT JSON) " + sql).scalars().all()
+    assert sorted(k for k, _ in due) == [1, 2, 3, 4, 5] and all(3500 < s <= 3600 for _, s in due)
+    nodes = _plan_nodes(plan["Plan"])
+    assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], json.dumps(plan)[:2000]
+    assert {n.get("Index Name") for n in nodes} >= {"ix_items_work_not_before"}, json.dumps(plan)[:2000]

@@ -168,3 +168,20 @@ def test_has_execution_status_opens_no_connection() -> None:
     assert "items_work" in str(sa.select(basic.Item.id).where(expr))
     empty = c.has_execution_status(worker="items", source_id=1, statuses=[])
     assert str(empty.compile(compile_kwargs={"literal_binds": True})) in ("false", "0 = 1")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"retry": 3}, r"^retry must be a dbworker.Retry"),
+        ({"retry": {"max_attempts": 3}}, r"^retry must be a dbworker.Retry"),
+        ({"timeout": 0}, r"^timeout must be None or a positive number of seconds"),
+        ({"timeout": "60"}, r"^timeout must be None or a positive number of seconds"),
+        ({"timeout": float("inf")}, r"^timeout must be None or a positive number of seconds"),
+    ],
+)
+def test_bad_lifecycle_arguments_fail_at_registration_naming_them(kwargs: dict[str, Any], named: str) -> None:
+    c = coordinator()
+    with pytest.raises(ValueError, match=named):
+        c.transactional_worker(name="items", source=basic.Item, **kwargs)
+    assert "items" not in c.workers  # nothing registered
