@@ -248,7 +248,7 @@ class Coordinator:
         With it, a committed insert or update of a source row wakes the workers at once
         (LISTEN/NOTIFY) instead of at their next poll, naming the rows (one notification per
         statement), so one that became eligible behind the claim sweep is claimed by key.
-        Idempotent (and replaces the trigger of earlier releases); a no-op elsewhere. Remove
+        Idempotent (replaces triggers of the same names); a no-op elsewhere. Remove
         with ``DROP TRIGGER dbworker_notify ON <table>``, ``DROP TRIGGER
         dbworker_notify_update ON <table>`` and ``DROP FUNCTION dbworker_notify_<table>()``.
         """

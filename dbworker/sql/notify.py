@@ -18,8 +18,7 @@ from sqlalchemy.dialects import postgresql
 # - ``rows:<table> <keys>``: sent once per inserting or updating statement by the opt-in
 #   trigger ``install_triggers`` puts on a source table, naming the changed rows' keys as
 #   PostgreSQL writes them as text, in a JSON array, up to ``MAX_NAMED_ROWS`` of them;
-# - ``<table>`` alone: more rows than that (or the statement trigger of earlier releases);
-#   ``<table> <key>``: the row trigger of earlier builds;
+# - ``<table>`` alone: more rows than that;
 # - ``again:<table> <key>``: an item claimable again (given back by a coordinator, or reset
 #   after it failed) that other pods' sweeps may have passed; unlike a row change it is
 #   never the item's own handler writing;
@@ -27,7 +26,7 @@ from sqlalchemy.dialects import postgresql
 #   workers of other coordinators claim at once, by key if their sweep passed it;
 #   ``done:<worker>`` alone when the key has no text form or very many ended.
 CHANNEL = "dbworker"
-DONE = "done"  # + ":<worker>"; a bare "done" (any worker) is still understood
+DONE = "done"  # + ":<worker>"
 AGAIN = "again"  # + ":<table> <key>"
 ROWS = "rows"  # + ":<table> <JSON array of keys>"
 FUNCTION = "dbworker_notify"  # + "_<table>": one per source table, with its key column built in
@@ -96,7 +95,7 @@ def _literal(text: str) -> str:
 def source_change(payload: str, table: str) -> tuple[bool, list[str]]:
     """Whether ``payload`` reports a change of ``table``, and the changed rows' key texts if named."""
     if payload == table:
-        return True, []  # too many rows to name, or a statement trigger of an earlier release
+        return True, []  # too many rows to name
     rows = f"{ROWS}:{table} "
     if payload.startswith(rows):
         try:
@@ -104,8 +103,6 @@ def source_change(payload: str, table: str) -> tuple[bool, list[str]]:
         except ValueError:
             return True, []
         return True, [k for k in keys if isinstance(k, str)] if isinstance(keys, list) else []
-    if payload.startswith(table + " "):
-        return True, [payload[len(table) + 1 :]]  # the row trigger of an earlier build
     return False, []
 
 

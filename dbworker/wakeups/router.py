@@ -53,11 +53,7 @@ class Router:
 
     def notified(self, payload: str) -> None:
         """A notification from another session (see ``sql.notify`` for the payloads)."""
-        if payload == notify.DONE:  # an item of some worker ended: wake every dependent loop
-            for loop in self._loops:
-                if self._deps.get(loop.worker.name):
-                    loop.wake()
-        elif payload.startswith(notify.DONE + ":"):
+        if payload.startswith(notify.DONE + ":"):
             worker, _, ended_key = payload[len(notify.DONE) + 1 :].partition(" ")
             self._wake_waiters(worker, key=ended_key or None)
         else:  # a source table changed (a row of it, if the payload names its key)
