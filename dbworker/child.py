@@ -126,6 +126,9 @@ class Runner:
 
     def _execute(self, claim: claims.Claim) -> tuple[str, str | None]:
         # No expiry at commit: the session closes right after, so reloading is never needed.
+        retry = self.config.retry
+        if retry is not None and not self._attempt_allowed(claim, retry.max_attempts):
+            return messages.FAILED, "handler process died on its last allowed attempt (its lease expired)"
         session = HandlerSession(self.engine, expire_on_commit=False)
         try:
             try:
@@ -142,7 +145,10 @@ class Runner:
                 session.flush()
             except BaseException as exc:
                 _rollback(session)
-                if dialects.is_transient(exc):
+                # A database error of the handler's session that a later try may not meet
+                # (connection lost, deadlock) is given back; what the handler's own code
+                # raises (a ConnectionError of its HTTP client, ...) is a failed attempt.
+                if isinstance(exc, sa.exc.SQLAlchemyError) and dialects.is_transient(exc):
                     return RETRY, self._describe(exc)
                 return self._record_failure(claim, self._describe(exc), exc)
             after = result.after_seconds if isinstance(result, Unfinished) else None
@@ -165,6 +171,22 @@ class Runner:
             return (FINISHED if isinstance(result, Finished) else UNFINISHED), None
         finally:
             session.close()  # rolls back whatever is left; never commits
+
+    def _attempt_allowed(self, claim: claims.Claim, max_attempts: int) -> bool:
+        """False (and the item recorded FAILED) when this claim took over an item whose last
+        allowed attempt died with its process: taking over counts an attempt too.
+        """
+        try:
+            with self.engine.connect() as conn:
+                attempt = attempts.attempts_of(conn, self.table, claim)
+                conn.rollback()
+                if attempt is None or attempt <= max_attempts:
+                    return True
+                attempts.fail(conn, self.table, claim, error="handler process died on its last allowed attempt "
+                              f"(attempt {attempt - 1} of {max_attempts}; its lease expired)")  # fmt: skip
+        except Exception:  # noqa: BLE001 - the run itself meets and reports what fails
+            return True
+        return False
 
     def _record_failure(self, claim: claims.Claim, error: str, exc: BaseException) -> tuple[str, str | None]:
         try:

@@ -36,6 +36,9 @@ ERROR_MAX_WAIT = 5.0
 PREFETCH_BELOW_SECONDS = 0.5  # handlers faster than this on average get prefetched items
 PREFETCH_WINDOW_SECONDS = 0.1  # ... as many per slot as fit in this much handler time
 PREFETCH_MAX_PER_SLOT = 16
+# How often a loop reads the soonest waiting items of its worker (at most max_poll_seconds):
+# an item another pod made wait is picked up within this much of its time.
+DUE_LOOKUP_SECONDS = 1.0
 
 
 class Waker:
@@ -91,10 +94,14 @@ class WorkerLoop:
         self.pool = Pool(child_config, worker.concurrency, recall_after=PREFETCH_BELOW_SECONDS,
                          timeout=worker.timeout)  # fmt: skip
         # Items of this worker waiting for a time (a retry delay, Unfinished(after=)): (when,
-        # key), monotonic. Ours are known when they end; others' are read through the
-        # not_before index with the expired-claim lookup. Each is claimed by key when due.
+        # key), monotonic, and each key's earliest time. Ours are known when they end;
+        # others' (another pod's, or from before a restart) are read through the not_before
+        # index every DUE_LOOKUP_SECONDS. Each is claimed by key when due.
         self._due: list[tuple[float, Any]] = []
+        self._due_keys: dict[Any, float] = {}
         self._due_lock = threading.Lock()
+        self._due_lookup_at = 0.0
+        self._due_lookup_every = min(DUE_LOOKUP_SECONDS, settings.max_poll_seconds)
         self._waker = Waker()
         self._stopping = threading.Event()
         self._claim_now = False
@@ -105,6 +112,7 @@ class WorkerLoop:
         )
         self._queue: collections.deque[claims.Claim] = collections.deque()
         self._queue_lock = threading.Lock()
+        self._lost: set[str] = set()  # tokens of handed-over claims found lost (see claims_lost)
         self._mean_seconds: float | None = None
         self.thread = threading.Thread(target=self._run, name=f"dbworker-{worker.name}", daemon=True)
 
@@ -160,6 +168,7 @@ class WorkerLoop:
         """
         tokens = {c.token for c in lost}
         with self._queue_lock:
+            self._lost |= tokens  # a handed-over one answers "skipped": dropped, not run
             kept = [c for c in self._queue if c.token not in tokens]
             self._queue.clear()
             self._queue.extend(kept)
@@ -171,8 +180,13 @@ class WorkerLoop:
         if seconds is None or seconds <= 0:
             self.sweep.claimable_again(source_id)
             return
+        when = time.monotonic() + seconds
         with self._due_lock:
-            heapq.heappush(self._due, (time.monotonic() + seconds, source_id))
+            known = self._due_keys.get(source_id)
+            if known is not None and known <= when + 0.001:
+                return  # already waited for (the lookup finds our own waiting items too)
+            self._due_keys[source_id] = when
+            heapq.heappush(self._due, (when, source_id))
 
     def _take_due(self, now: float) -> float | None:
         """Name the waiting items now due for the next claim; return when the next one is due
@@ -181,8 +195,11 @@ class WorkerLoop:
         with self._due_lock:
             named = False
             while self._due and self._due[0][0] <= now:
-                self.sweep.claimable_again(heapq.heappop(self._due)[1])
-                named = True
+                when, source_id = heapq.heappop(self._due)
+                if self._due_keys.get(source_id) == when:
+                    del self._due_keys[source_id]
+                    self.sweep.claimable_again(source_id)
+                    named = True
             return now if named else self._due[0][0] if self._due else None
 
     def held_claims(self) -> list[claims.Claim]:
@@ -258,6 +275,10 @@ class WorkerLoop:
             for soon in (self.pool.recall_long(), self.pool.end_overdue()):
                 if soon is not None:
                     timeout = min(timeout, soon)
+            if not stopping:
+                if now >= self._due_lookup_at:
+                    self._look_up_due(now)
+                timeout = min(timeout, max(0.0, self._due_lookup_at - now))
             due = self._take_due(now)
             if due is not None and can_claim:  # wake when the next waiting item is due
                 timeout = min(timeout, max(0.0, due - now))
@@ -334,8 +355,6 @@ class WorkerLoop:
                 expired = claims.expired(conn, w.table, notify.MAX_NAMED_ROWS)
                 for source_id in expired:
                     sweep.claimable_again(source_id)
-                for source_id, seconds in attempts.due(conn, w.table, notify.MAX_NAMED_ROWS):
-                    self._wait_until(source_id, seconds)
                 if expired:
                     self._request_claim()
         seconds = time.perf_counter() - start
@@ -385,6 +404,9 @@ class WorkerLoop:
         """Record one pool event; True when a slot became free for claiming."""
         name = self.worker.name
         if isinstance(ev, Done):
+            if self._lost:
+                with self._queue_lock:
+                    self._lost.discard(ev.claim.token)
             report = ev.report
             outcome = report.outcome
             mean = self._mean_seconds
@@ -422,7 +444,12 @@ class WorkerLoop:
                 self._on_item_done(name, ev.claim.source_id)
             return True
         if isinstance(ev, Skipped):
-            if self._stopping.is_set():
+            with self._queue_lock:
+                lost = ev.claim.token in self._lost
+                self._lost.discard(ev.claim.token)
+            if lost:
+                pass  # cancelled or taken over while handed over: not ours to run or give back
+            elif self._stopping.is_set():
                 self._give_back(ev.claim)
             else:  # taken back from behind a long item: still ours, next in line
                 with self._queue_lock:
@@ -439,7 +466,9 @@ class WorkerLoop:
                 )
             return False
         if ev.ended is EndReason.ABORTED:
-            self._give_back(ev.claim, started=True)
+            # Ended by a stop deadline: given back without counting, so a deploy never uses
+            # up an item's attempts.
+            self._give_back(ev.claim)
             self._observer.executed(name, outcome=messages.ABORTED, seconds=None)
         elif ev.ended is EndReason.LOST:
             # Cancelled or taken over: the record is someone else's now; the writes rolled back.
@@ -456,6 +485,19 @@ class WorkerLoop:
             self._observer.executed(name, outcome=outcome, seconds=None)
         self._observer.active(name, running=len(self.pool.busy_claims()))
         return False
+
+    def _look_up_due(self, now: float) -> None:
+        """Read the soonest waiting items through the not_before index; wait for each."""
+        self._due_lookup_at = now + self._due_lookup_every
+        try:
+            with connect(self.engine) as conn:
+                waiting = attempts.due(conn, self.worker.table, notify.MAX_NAMED_ROWS,
+                                       overdue=2 * self._due_lookup_every)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - the loop outlives every database error
+            self._db_error("claim", exc)
+            return
+        for source_id, seconds in waiting:
+            self._wait_until(source_id, seconds)
 
     def _attempt_failed(self, claim: claims.Claim, error: str) -> str:
         """Record an attempt whose process ended with the item (died, timed out): retried if
@@ -479,8 +521,7 @@ class WorkerLoop:
         """Release claims so any process may take them now, and say so (PostgreSQL).
 
         Other pods' sweeps may have passed these items: the notification has them claimed
-        by key at once instead of at the sweeps' next wraps. ``started``: their handlers ran
-        (ended at a stop deadline), so their attempts count.
+        by key at once instead of at the sweeps' next wraps. ``started``: their attempts count.
         """
         released = []
         for claim in given:

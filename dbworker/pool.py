@@ -56,6 +56,7 @@ class Slot:
     cancelled: str | None = None  # token of the last claim a cancel was sent for
     since: float = 0.0  # when ``claim`` became the item the process runs (monotonic)
     ended: EndReason | None = None
+    ending: str | None = None  # token of the item ``ended`` was meant for (see _on_message)
     respawn_at: float = 0.0
 
 
@@ -163,7 +164,7 @@ class Pool:
         child_end.close()
         with self._lock:
             slot.process, slot.conn = process, parent_end
-            slot.state, slot.claim, slot.pending, slot.ended = State.STARTING, None, None, None
+            slot.state, slot.claim, slot.pending, slot.ended, slot.ending = State.STARTING, None, None, None, None
             slot.cancelled = None
 
     def submit(self, claim: Claim, *, pipelined: bool) -> None:
@@ -288,6 +289,10 @@ class Pool:
             claim = slot.claim
             slot.claim, slot.pending, slot.since = slot.pending, None, time.monotonic()
             slot.state = State.BUSY if slot.claim is not None else State.IDLE
+            if slot.ended is not None and slot.claim is not None and slot.ending != slot.claim.token:
+                # The item the process was ended for had already finished: the kill meets the
+                # one that started behind it, which did nothing wrong. It is given back.
+                slot.ended = EndReason.ABORTED
         report: messages.Report = message[1]
         assert claim is not None and claim.token == report.token
         return [Done(claim, report)]
@@ -314,7 +319,7 @@ class Pool:
             return None
         now = time.monotonic()
         due: list[float] = []
-        overdue: list[Slot] = []
+        overdue: list[BaseProcess] = []
         with self._lock:
             for s in self._slots:
                 if s.state is not State.BUSY or s.claim is None or s.ended is not None:
@@ -322,12 +327,11 @@ class Pool:
                 left = s.since + self._timeout - now
                 if left > 0:
                     due.append(left)
-                else:
-                    s.ended = EndReason.TIMED_OUT
-                    overdue.append(s)
-        for s in overdue:
-            if s.process is not None:
-                s.process.kill()
+                elif s.process is not None:
+                    s.ended, s.ending = EndReason.TIMED_OUT, s.claim.token
+                    overdue.append(s.process)
+        for process in overdue:
+            process.kill()
         return min(due) if due else None
 
     def end_claims(self, tokens: set[str], reason: EndReason) -> int:
@@ -336,20 +340,19 @@ class Pool:
         A listed claim handed over behind a running one is taken back instead (``skipped``).
         """
         sends: list[tuple[Connection, str]] = []
-        ended: list[Slot] = []
+        ended: list[BaseProcess] = []
         with self._lock:
             for s in self._slots:
                 if s.state is not State.BUSY:
                     continue
-                if s.claim is not None and s.claim.token in tokens and s.ended is None:
-                    s.ended = reason
-                    ended.append(s)
+                if s.claim is not None and s.claim.token in tokens and s.ended is None and s.process is not None:
+                    s.ended, s.ending = reason, s.claim.token
+                    ended.append(s.process)
                 elif s.pending is not None and s.pending.token in tokens:
                     self._cancel_once(s, s.pending.token, sends)
         self._send_cancels(sends)
-        for s in ended:
-            if s.process is not None:
-                s.process.kill()
+        for process in ended:
+            process.kill()
         return len(ended)
 
     def end_busy(self, reason: EndReason) -> int:

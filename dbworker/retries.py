@@ -64,7 +64,11 @@ class Retry:
 
         ``draw`` is uniform in [0, 1): 0.5 gives the delay without jitter.
         """
-        base = min(self.max_delay, self.delay * self.backoff ** max(0, attempt - 1))
+        try:
+            grown = self.delay * self.backoff ** max(0, attempt - 1)
+        except OverflowError:  # thousands of attempts: the cap applies
+            grown = self.max_delay
+        base = min(self.max_delay, grown)
         return max(0.0, base * (1 + self.jitter * (2 * draw - 1)))
 
 

@@ -105,7 +105,8 @@ def unfinished(conn: Connection, table: sa.Table, claim: Claim, *, after: float 
 
 def cancel(conn: Connection, table: sa.Table, source_id: Any) -> bool:
     """Mark ``source_id`` FAILED with the error ``cancelled`` unless it is FINISHED or FAILED,
-    a never-claimed item included (it gets a record, so it will not run); no commit.
+    a never-claimed item included (it gets a record, so it will not run; an id with no source
+    row is not one); no commit.
 
     A running handler loses its claim: the record keeps the token ``cancelled`` (never a
     claim's), so its pod's next lease renewal finds the claim held by another and ends the
@@ -120,6 +121,9 @@ def cancel(conn: Connection, table: sa.Table, source_id: Any) -> bool:
             return True
         if conn.execute(sa.select(w.execution_status).where(w.source_id == source_id)).first() is not None:
             return False  # finished or failed already
+        key = next(iter(w.source_id.foreign_keys)).column
+        if conn.execute(sa.select(sa.literal(1)).where(key == source_id)).first() is None:
+            return False  # no such source row: nothing to cancel
         insert = dialects.of(conn).insert_ignoring_duplicate(table, "source_id").values(
             source_id=source_id, attempts=0, **values
         )
@@ -129,16 +133,18 @@ def cancel(conn: Connection, table: sa.Table, source_id: Any) -> bool:
     return False
 
 
-def due(conn: Connection, table: sa.Table, limit: int) -> list[tuple[Any, float]]:
+def due(conn: Connection, table: sa.Table, limit: int, *, overdue: float | None = None) -> list[tuple[Any, float]]:
     """Up to ``limit`` waiting items, soonest first: (source_id, seconds until due; <= 0 is due).
 
+    ``overdue``: leave out items due more than that many seconds ago (waiting rows the
+    eligible query excludes would otherwise fill the limit; the sweep finds the rest).
     Read through the ``not_before`` index on the server's clock, in a transaction of its own.
     """
     caps = dialects.of(conn)
     w = table.c
     query = (
         sa.select(w.source_id, w.not_before, caps.now().label("dbw_now"))
-        .where(w.not_before.is_not(None))
+        .where(w.not_before.is_not(None) if overdue is None else w.not_before > caps.now_plus(-overdue))
         .order_by(w.not_before)
         .limit(limit)
     )

@@ -92,6 +92,14 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def claimable_again(payload: str, table: str) -> tuple[bool, list[str]]:
+    """Whether ``payload`` is ``again:<table> <key>`` for ``table``, and the key's text."""
+    prefix = f"{AGAIN}:{table} "
+    if payload.startswith(prefix):
+        return True, [payload[len(prefix) :]]
+    return False, []
+
+
 def source_change(payload: str, table: str) -> tuple[bool, list[str]]:
     """Whether ``payload`` reports a change of ``table``, and the changed rows' key texts if named."""
     if payload == table:

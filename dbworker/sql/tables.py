@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import Mapper
 
 STATUS_LENGTH = 16
@@ -45,6 +46,10 @@ def table_name(worker: str) -> str:
 
 def status_index_name(worker: str) -> str:
     return f"ix_{table_name(worker)}_execution_status"
+
+
+# MySQL/MariaDB's DATETIME keeps whole seconds unless asked: a 0.6 s delay would end early.
+_MICROSECONDS = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 
 
 def not_before_index_name(worker: str) -> str:
@@ -84,7 +89,7 @@ def work_table(worker: str, source: Any) -> sa.Table:
         # Invocations of the current step (see sql/attempts.py); 0 before the first claim.
         sa.Column("attempts", sa.Integer(), nullable=False, server_default=sa.text("0")),
         # Not claimable before (naive UTC), set only on unfinished items that wait.
-        sa.Column("not_before", sa.DateTime(), nullable=True),
+        sa.Column("not_before", _MICROSECONDS, nullable=True),
         sa.Column("traceback", sa.Text(), nullable=True),
         sa.Index(status_index_name(worker), "execution_status"),
         sa.Index(not_before_index_name(worker), "not_before"),

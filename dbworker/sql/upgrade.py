@@ -72,26 +72,29 @@ def _has_table(conn: Connection, table: sa.Table) -> bool:
     return sa.inspect(conn).has_table(table.name, schema=table.schema)
 
 
-def _apply(conn: Connection, table: sa.Table) -> list[str]:
-    """Bring one table to the current layout; return what was done."""
-    done: list[str] = []
+def _apply(conn: Connection, table: sa.Table, done: list[str]) -> None:
+    """Bring one table to the current layout, one committed step at a time, each added to
+    ``done`` once committed (so a step a lost race interrupts later is still reported).
+    """
+    def step(change: str) -> None:
+        conn.commit()
+        done.append(change)
+
     if not _has_table(conn, table):
         table.create(conn)
-        done.append(f"created {table.name}")
-    else:
-        have = _columns(conn, table)
-        for name in ADDED_COLUMNS:
-            if name not in have:
-                _add_column(conn, table, table.c[name])
-                done.append(f"added column {table.name}.{name}")
-        present = _indexes(conn, table)
-        for index in sorted(table.indexes, key=lambda ix: str(ix.name)):
-            columns = tuple(c.name for c in index.columns)
-            if columns not in present:
-                index.create(conn)
-                done.append(f"added index {index.name}")
+        step(f"created {table.name}")
+        return
+    have = _columns(conn, table)
+    for name in ADDED_COLUMNS:
+        if name not in have:
+            _add_column(conn, table, table.c[name])
+            step(f"added column {table.name}.{name}")
+    present = _indexes(conn, table)
+    for index in sorted(table.indexes, key=lambda ix: str(ix.name)):
+        if tuple(c.name for c in index.columns) not in present:
+            index.create(conn)
+            step(f"added index {index.name}")
     conn.commit()
-    return done
 
 
 def ensure(engine: Engine, tables: Iterable[sa.Table]) -> list[str]:
@@ -110,7 +113,7 @@ def ensure(engine: Engine, tables: Iterable[sa.Table]) -> list[str]:
         for attempt in range(1, _ATTEMPTS + 1):
             try:
                 with engine.connect() as conn, _schema_lock(conn):
-                    changes += _apply(conn, table)
+                    _apply(conn, table, changes)
                 break
             except sa.exc.DBAPIError as exc:
                 # "already exists" after a lost race, or a busy/locked database: look again.

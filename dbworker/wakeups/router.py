@@ -56,14 +56,16 @@ class Router:
         if payload.startswith(notify.DONE + ":"):
             worker, _, ended_key = payload[len(notify.DONE) + 1 :].partition(" ")
             self._wake_waiters(worker, key=ended_key or None)
+        elif payload.startswith(notify.AGAIN + ":"):  # an item claimable again
+            for loop in self._loops:
+                named, keys = notify.claimable_again(payload, loop.worker.key.table.name)
+                if named:
+                    loop.wake(*keys, again=True)
         else:  # a source table changed (a row of it, if the payload names its key)
-            again = payload.startswith(notify.AGAIN + ":")
-            if again:  # ... an item of it is claimable again
-                payload = payload[len(notify.AGAIN) + 1 :]
             for loop in self._loops:
                 changed, keys = notify.source_change(payload, loop.worker.key.table.name)
                 if changed:
-                    loop.wake(*keys, again=again)
+                    loop.wake(*keys)
 
     def committed(self) -> None:
         """Something was committed to the database (SQLite's watcher): every loop looks."""

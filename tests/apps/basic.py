@@ -6,7 +6,8 @@ session.commit); ``bad`` (returns a wrong value); ``wait`` (finishes once a ``go
 ``dbwait`` (finishes once the item's ``release`` flag is set, read in fresh transactions);
 ``flaky:K`` (raises OSError until its K-th attempt); ``value`` (raises ValueError); ``killonce``
 (SIGKILLs itself on its first attempt); ``hang`` (ignores SIGTERM and never returns);
-``later:S`` (``Unfinished(after=S)`` on its first run, then finishes). Attempts are counted
+``later:S`` (``Unfinished(after=S)`` on its first run, then finishes); ``refused`` (raises
+ConnectionRefusedError, as an HTTP client would). Attempts are counted
 by ``started`` rows, which survive the rollback of a failed attempt.
 Every run that commits writes one ``outputs`` row whose unique key is the item and the run
 number, so a second commit of the same run would violate the constraint.
@@ -70,13 +71,15 @@ def _mark_started(session: Session, item_id: int) -> None:
 
 def handle(item: Item, session: Session) -> Outcome:
     action, _, arg = item.action.partition(":")
-    if action in ("sleep", "wait", "dbwait", "kill", "exit", "flaky", "killonce", "hang", "later", "value"):
+    if action in ("sleep", "wait", "dbwait", "kill", "exit", "flaky", "killonce", "hang", "later", "value", "refused"):
         _mark_started(session, item.id)
     item.runs += 1
     if action == "flaky" and _starts(session, item.id) < int(arg):
         raise OSError(f"item {item.id} is flaky")
     if action == "value":
         raise ValueError(f"item {item.id} has a bad value")
+    if action == "refused":  # what an HTTP client raises: the handler's error, not the database's
+        raise ConnectionRefusedError(f"item {item.id}: connection refused")
     if action == "killonce" and _starts(session, item.id) == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     if action == "hang":

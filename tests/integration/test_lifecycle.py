@@ -197,3 +197,48 @@ def test_a_claim_given_back_before_its_handler_started_does_not_count_as_an_atte
         state = app.state(i)
         assert state is not None and state["attempts"] == attempts
         assert state["execution_status"] is ExecutionStatus.UNFINISHED
+
+
+def test_a_connection_error_the_handler_raises_is_a_failed_attempt(app: App) -> None:
+    # Not the database's: it counts against max_attempts instead of being given back forever.
+    c = app.coordinator(retry=Retry(max_attempts=3, delay=0.05), **SLOW)
+    [i] = app.add("refused")
+    c.start()
+    app.wait_status([i], FAILED, timeout=60)
+    state = app.state(i)
+    assert state is not None and state["attempts"] == 3 and len(starts(app, i)) == 3
+    assert state["error"] == f"item {i}: connection refused"
+
+
+def test_a_waiting_item_is_picked_up_on_time_by_a_coordinator_that_did_not_make_it_wait(app: App) -> None:
+    first = app.coordinator(**SLOW)
+    [i] = app.add("later:3")
+    first.start()
+    wait_until(lambda: app.status(i) is ExecutionStatus.UNFINISHED, what="the first step")
+    first.stop()
+    second = app.coordinator(**SLOW)
+    second.start()
+    app.wait_status([i], FINISHED, timeout=30)
+    one, two = starts(app, i)
+    assert 3.0 <= two - one < 10.0  # when due, not at the 120 s poll
+
+
+def test_taking_over_the_last_allowed_attempt_fails_the_item_without_running_it(app: App) -> None:
+    c = app.coordinator(retry=Retry(max_attempts=1))
+    [i] = app.add("finish")
+    table = c.workers["items"].table
+    with app.db.engine.begin() as conn:  # its only attempt's process died with the claim
+        conn.execute(sa.insert(table).values(source_id=i, execution_status="working", attempts=1,
+                                             claim_token="dead", lease_expires_at=None))  # fmt: skip
+    c.start()
+    app.wait_status([i], FAILED)
+    state = app.state(i)
+    assert state is not None and "last allowed attempt" in state["error"]
+    assert app.outputs(i) == []
+
+
+def test_cancel_of_an_id_with_no_source_row_cancels_nothing(app: App) -> None:
+    c = app.coordinator()
+    with Session(app.db.engine) as s:
+        assert c.workers["items"].cancel(s, 424242) is False
+        s.commit()

@@ -21,6 +21,13 @@ def test_notification_payloads_name_the_table_and_maybe_the_row() -> None:
     assert notify.source_change("done:items", "items") == (False, [])
 
 
+def test_items_claimable_again_are_named_by_table_and_key() -> None:
+    assert notify.claimable_again("again:items 42", "items") == (True, ["42"])
+    assert notify.claimable_again("again:items a b", "items") == (True, ["a b"])  # keys may hold spaces
+    assert notify.claimable_again("again:items_old 42", "items") == (False, [])
+    assert notify.claimable_again("items 42", "items") == (False, [])
+
+
 def test_done_announcements_name_the_ended_items_while_they_are_few() -> None:
     assert notify.done_payloads({"hash": {"7", "12"}, "compare": None}) == [
         "done:compare", "done:hash 12", "done:hash 7",

@@ -15,6 +15,10 @@ def test_delays_grow_by_the_backoff_up_to_the_cap() -> None:
     assert [r.wait(n) for n in range(1, 6)] == [1.0, 2.0, 4.0, 5.0, 5.0]
 
 
+def test_thousands_of_attempts_wait_the_cap() -> None:
+    assert Retry(max_attempts=10_000, delay=1.0, max_delay=600.0).wait(5000) == 600.0
+
+
 def test_jitter_is_a_fraction_of_the_delay_either_way() -> None:
     r = Retry(max_attempts=3, delay=10.0, jitter=0.1)
     assert r.wait(1, 0.0) == pytest.approx(9.0)
