@@ -154,11 +154,12 @@ class Runner:
             after = result.after_seconds if isinstance(result, Unfinished) else None
             try:
                 conn = session.connection()
-                if isinstance(result, Unfinished):  # the step is over: attempts start again
+                if after:  # not claimable again before ``after`` seconds (database clock)
                     current = attempts.unfinished(conn, self.table, claim, after=after)
                     self._after = after
-                else:
-                    current = self._complete(conn, claim, ExecutionStatus.FINISHED)
+                else:  # the hot path, precompiled; Unfinished() starts the next step's attempts
+                    status = ExecutionStatus.FINISHED if isinstance(result, Finished) else ExecutionStatus.UNFINISHED
+                    current = self._complete(conn, claim, status)
                 if not current:
                     _rollback(session)
                     self._last_exc = LostClaim(f"the claim of item {claim.source_id!r} is no longer ours")

@@ -440,7 +440,7 @@ def _check_layout(engine: Engine, work_tables: list[sa.Table]) -> None:
         log.info("dbworker: could not check the work tables' layout: %s", redact.describe(exc))
         return
     if lacking:
-        named = "; ".join(f"{table} lacks {', '.join(columns)}" for table, columns in sorted(lacking.items()))
+        named = upgrade.describe_lacking(lacking)
         raise RuntimeError(
             f"work tables need an upgrade ({named}): run `dbworker migrate MODULE:ATTR` or "
             "coordinator.upgrade_worker_tables() (create_worker_tables() does it too) before start()"

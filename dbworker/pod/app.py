@@ -187,7 +187,7 @@ def require_tables(
             f"first{hint}"
         )
     if lacking:
-        named = "; ".join(f"{table} lacks {', '.join(columns)}" for table, columns in sorted(lacking.items()))
+        named = upgrade.describe_lacking(lacking)
         raise termination.CommandError(
             f"work table(s) need an upgrade ({named}); run `dbworker migrate {options.app}` first{hint}"
         )

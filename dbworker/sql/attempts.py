@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 
 from dbworker import messages, retries
 from dbworker.contract import ExecutionStatus
-from dbworker.sql import dialects, tables
+from dbworker.sql import dialects, statements, tables
 from dbworker.sql.claims import Claim
 from dbworker.sql.transactions import committed
 
@@ -89,18 +89,15 @@ def fail(
     return (messages.FAILED, None) if wait is None else (messages.RETRIED, wait)
 
 
-def unfinished(conn: Connection, table: sa.Table, claim: Claim, *, after: float | None) -> bool:
+def unfinished(conn: Connection, table: sa.Table, claim: Claim, *, after: float) -> bool:
     """Record ``Unfinished(after=...)`` for ``claim`` if it is still current; no commit.
 
-    The step is over: attempts start again, and the item waits ``after`` seconds (None: none).
+    As ``statements.step_over`` (the next step's attempts start at 0), and the item waits
+    ``after`` seconds on the server's clock.
     """
-    caps = dialects.of(conn)
-    not_before = None if not after else caps.now_plus(after)
-    update = sa.update(table).where(_held(table, claim)).values(
-        execution_status=_UNFINISHED, claim_token=None, lease_expires_at=None, error=None,
-        traceback=None, attempts=0, not_before=not_before,
-    )  # fmt: skip
-    return bool(conn.execute(update).rowcount == 1)
+    update = statements.step_over(table).values(not_before=dialects.of(conn).now_plus(after))
+    params = {"dbw_sid": claim.source_id, "dbw_token": claim.token}
+    return bool(conn.execute(update, params).rowcount == 1)
 
 
 def cancel(conn: Connection, table: sa.Table, source_id: Any) -> bool:

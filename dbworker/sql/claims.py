@@ -282,23 +282,31 @@ def complete(
 
 
 class Completer:
-    """``complete`` for one work table through ``Precompiled`` (a handler process's hot path)."""
+    """A handler's outcome for one work table through ``Precompiled`` (a handler process's hot
+    path): ``complete`` for FINISHED, ``step_over`` for UNFINISHED (attempts start again).
+    """
 
     def __init__(self, table: sa.Table) -> None:
         self._table = table
-        self._run: statements.Precompiled | None = None
+        self._finish: statements.Precompiled | None = None
+        self._step_over: statements.Precompiled | None = None
 
     def __call__(self, conn: Connection, claim: Claim, status: ExecutionStatus) -> bool:
-        if self._run is None:
+        if self._finish is None or self._step_over is None:
             self.prepare(conn)
-        assert self._run is not None
-        values = {"dbw_sid": claim.source_id, "dbw_token": claim.token, "dbw_status": status.value, "dbw_error": None}
-        return bool(self._run.execute(conn, values).rowcount == 1)
+        assert self._finish is not None and self._step_over is not None
+        values: dict[str, Any] = {"dbw_sid": claim.source_id, "dbw_token": claim.token}
+        if status is ExecutionStatus.UNFINISHED:
+            return bool(self._step_over.execute(conn, values).rowcount == 1)
+        values |= {"dbw_status": status.value, "dbw_error": None}
+        return bool(self._finish.execute(conn, values).rowcount == 1)
 
     def prepare(self, conn: Connection) -> None:
         """Compile for ``conn``'s dialect now (else on first use)."""
-        self._run = statements.Precompiled(statements.of(conn, self._table).complete)
-        self._run.prepare(conn.dialect)
+        st = statements.of(conn, self._table)
+        self._finish, self._step_over = statements.Precompiled(st.complete), statements.Precompiled(st.step_over)
+        self._finish.prepare(conn.dialect)
+        self._step_over.prepare(conn.dialect)
 
 
 def release(conn: Connection, table: sa.Table, claim: Claim, *, started: bool = True) -> bool:

@@ -50,6 +50,7 @@ class Prebuilt:
     expired: sa.Select[Any]  # keys of WORKING items whose lease expired, through the lease index
     renew: sa.Update
     complete: sa.Update
+    step_over: sa.Update
 
 
 _PREBUILT: dict[tuple[int, int, dialects.Capabilities], Prebuilt] = {}
@@ -80,6 +81,7 @@ def prebuilt(table: sa.Table, key: sa.Column[Any], caps: dialects.Capabilities) 
         expired=expired(table, caps),
         renew=renew(table, caps),
         complete=complete(table),
+        step_over=step_over(table),
     )
     _PREBUILT[cache_key] = built
     return built
@@ -445,6 +447,23 @@ def complete(table: sa.Table) -> sa.Update:
         error=sa.bindparam("dbw_error", type_=w.error.type),
         traceback=None,
         not_before=None,
+    )
+
+
+def step_over(table: sa.Table) -> sa.Update:
+    """The handler returned ``Unfinished()``: record UNFINISHED for ``dbw_sid`` if the claim
+    ``dbw_token`` still holds it (the fence), and start the next step's attempts at 0.
+
+    Locks: as ``complete``.
+    """
+    return sa.update(table).where(_held(table)).values(
+        execution_status=UNFINISHED,
+        claim_token=None,
+        lease_expires_at=None,
+        error=None,
+        traceback=None,
+        not_before=None,
+        attempts=0,
     )
 
 

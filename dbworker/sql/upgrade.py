@@ -139,7 +139,9 @@ def current(engine: Engine, table: sa.Table) -> bool:
 
 
 def lacking_columns(engine: Engine, tables: Iterable[sa.Table]) -> dict[str, list[str]]:
-    """Tables that exist but lack columns of the current layout: name -> the missing columns."""
+    """Tables that exist but lack columns of the current layout: name -> the missing columns
+    (``describe_lacking`` words it for a message).
+    """
     inspector = sa.inspect(engine)
     lacking: dict[str, list[str]] = {}
     for table in tables:
@@ -149,6 +151,11 @@ def lacking_columns(engine: Engine, tables: Iterable[sa.Table]) -> dict[str, lis
             if absent:
                 lacking[table.name] = absent
     return lacking
+
+
+def describe_lacking(lacking: dict[str, list[str]]) -> str:
+    """``lacking_columns``' answer in words: ``items_work lacks attempts, not_before; ...``."""
+    return "; ".join(f"{table} lacks {', '.join(columns)}" for table, columns in sorted(lacking.items()))
 
 
 def missing(engine: Engine, tables: Iterable[sa.Table]) -> list[str]:

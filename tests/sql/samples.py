@@ -101,6 +101,7 @@ STATEMENTS: dict[str, Callable[[statements.Prebuilt, dialects.Capabilities], Any
     "renew": lambda st, caps: st.renew,
     "holder": lambda st, caps: statements.holder(WORK, 1),
     "complete": lambda st, caps: st.complete,
+    "step_over": lambda st, caps: st.step_over,
     "expired": lambda st, caps: st.expired,
     "top_key": lambda st, caps: statements.top_key(KEY),
     "load_source": lambda st, caps: statements.load_source(Item),

@@ -1,0 +1,3 @@
+-- step_over on postgresql (psycopg, capabilities: skip_locked, lock_of, gen_random_uuid)
+-- parameters: execution_status='unfinished', claim_token=None, lease_expires_at=None, error=None, attempts=0, not_before=None, traceback=None, dbw_sid, dbw_token, execution_status_1='working'
+UPDATE items_work SET execution_status=%(execution_status)s::VARCHAR, claim_token=%(claim_token)s::VARCHAR, lease_expires_at=%(lease_expires_at)s::TIMESTAMP WITHOUT TIME ZONE, error=%(error)s::VARCHAR, attempts=%(attempts)s::INTEGER, not_before=%(not_before)s::TIMESTAMP WITHOUT TIME ZONE, traceback=%(traceback)s::VARCHAR WHERE items_work.source_id = %(dbw_sid)s::INTEGER AND items_work.claim_token = %(dbw_token)s::VARCHAR AND items_work.execution_status = %(execution_status_1)s::VARCHAR
