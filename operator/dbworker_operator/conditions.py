@@ -13,15 +13,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dbworker_operator import kinds, labels, redact
+from dbworker_operator import crd, kinds, labels, redact
 from dbworker_operator.builders import owned
-from dbworker_operator.spec import WorkerSpec
+from dbworker_operator.spec import DisruptionBudget, SecretRef, WorkerSpec
 
 READY = "Ready"
 PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
 AUTOSCALING = "AutoscalingActive"
 MONITORING = "PodMonitorActive"
+DRAIN_BLOCKED = "DrainBlocked"
 
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 # Exit codes of the `dbworker` command (see its contract).
@@ -37,6 +38,9 @@ TOKENS = frozenset({TOKEN_UNKNOWN_WORKER, TOKEN_BAD_INPUT, TOKEN_DATABASE_UNREAC
 _TOKEN_OF_EXIT_CODE = {EXIT_BAD_INPUT: TOKEN_BAD_INPUT, EXIT_DATABASE_UNREACHABLE: TOKEN_DATABASE_UNREACHABLE}
 
 _TERMINATION_LINE = re.compile(r"^dbworker\[(?P<token>[A-Za-z]+)\]:[ \t]*(?P<text>.*)$", re.MULTILINE)
+# The kubelet's CreateContainerConfigError messages for a Secret an env var names (pkg/kubelet).
+_KUBELET_SECRET_MISSING = re.compile(r'secret "(?P<name>[^"]+)" not found')
+_KUBELET_KEY_MISSING = re.compile(r"couldn't find key (?P<key>\S+) in Secret (?P<namespace>[^/\s]+)/(?P<name>\S+)")
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,10 @@ class Observed:
     previous: Sequence[Mapping[str, Any]] = field(default_factory=list)
     now: str = ""
     image: str = ""  # spec.image, named by image-pull problems
+    secret: SecretRef | None = None  # spec.database.urlSecretRef, named by problems the kubelet reports
+    namespace: str = ""
+    monitoring_labels: Mapping[str, str] = field(default_factory=dict)  # the PodMonitor's labels
+    budget: DisruptionBudget | None = None  # spec.disruptionBudget, checked against desired_replicas
 
 
 @dataclass(frozen=True)
@@ -93,20 +101,44 @@ def invalid_spec(error: Exception) -> Problem:
     return Problem("InvalidSpec", f"{error}")
 
 
+_SECRET_REF = "spec.database.urlSecretRef"
+
+
+def secret_not_found(ref: SecretRef, namespace: str) -> Problem:
+    name, key = ref.name, ref.key
+    return Problem(
+        "SecretNotFound",
+        f"Secret {name!r} not found in namespace {namespace!r}: create it with the "
+        f"database URL under key {key!r} (kubectl -n {namespace} create secret generic "
+        f"{name} --from-literal={key}=<url>) or fix {_SECRET_REF}.name")
+
+
+def secret_key_missing(ref: SecretRef) -> Problem:
+    return Problem(
+        "SecretKeyMissing",
+        f"Secret {ref.name!r} has no key {ref.key!r}: add the database URL under that key or fix {_SECRET_REF}.key")
+
+
 def secret_problem(spec: WorkerSpec, secret: Mapping[str, Any] | None) -> Problem | None:
     """What is wrong with the database Secret as read (None: it does not exist), or None."""
-    ref = "spec.database.urlSecretRef"
-    name, key, namespace = spec.secret.name, spec.secret.key, spec.namespace
     if secret is None:
-        return Problem(
-            "SecretNotFound",
-            f"Secret {name!r} not found in namespace {namespace!r}: create it with the "
-            f"database URL under key {key!r} (kubectl -n {namespace} create secret generic "
-            f"{name} --from-literal={key}=<url>) or fix {ref}.name")
-    if key not in (secret.get("data") or {}) and key not in (secret.get("stringData") or {}):
-        return Problem(
-            "SecretKeyMissing",
-            f"Secret {name!r} has no key {key!r}: add the database URL under that key or fix {ref}.key")
+        return secret_not_found(spec.secret, spec.namespace)
+    if spec.secret.key not in (secret.get("data") or {}) and spec.secret.key not in (secret.get("stringData") or {}):
+        return secret_key_missing(spec.secret)
+    return None
+
+
+def kubelet_secret_problem(message: str, ref: SecretRef | None, namespace: str) -> Problem | None:
+    """The database Secret problem a pod's CreateContainerConfigError names (the operator may
+    not read Secrets itself), or None when the message is about something else."""
+    if ref is None:
+        return None
+    missing = _KUBELET_SECRET_MISSING.search(message)
+    if missing and missing["name"] == ref.name:
+        return secret_not_found(ref, namespace)
+    key = _KUBELET_KEY_MISSING.search(message)
+    if key and (key["name"], key["key"]) == (ref.name, ref.key):
+        return secret_key_missing(ref)
     return None
 
 
@@ -174,6 +206,10 @@ def observe(body: Mapping[str, Any], *, spec: WorkerSpec | None, capabilities: k
         previous=list(previous.get("conditions") or []),
         now=now,
         image=spec.image if spec else "",
+        secret=spec.secret if spec else None,
+        namespace=str(meta.get("namespace") or ""),
+        monitoring_labels=dict(spec.pod_monitor_labels) if spec else {},
+        budget=spec.disruption_budget if spec else None,
     )
 
 
@@ -207,8 +243,10 @@ def _exit_token(last_exit: Termination) -> str | None:
     return _TOKEN_OF_EXIT_CODE.get(last_exit.code) if last_exit.code is not None else None
 
 
-def pod_problems(pods: Iterable[Mapping[str, Any]], *, image: str) -> list[Problem]:
-    """Problems visible on pods: images that never pull, containers that exit or crash-loop."""
+def pod_problems(pods: Iterable[Mapping[str, Any]], *, image: str, secret: SecretRef | None = None,
+                 namespace: str = "") -> list[Problem]:
+    """Problems visible on pods: images that never pull, the database Secret or key missing,
+    containers that exit or crash-loop."""
     found: list[Problem] = []
     for pod in pods:
         name = (pod.get("metadata") or {}).get("name", "?")
@@ -233,9 +271,10 @@ def pod_problems(pods: Iterable[Mapping[str, Any]], *, image: str) -> list[Probl
                                      "spec.imagePullSecrets if the registry needs credentials"))
             elif reason == "CreateContainerConfigError":
                 detail = redact.message(str(waiting.get("message") or ""))
-                found.append(Problem("ContainerConfigError",
-                                     f"{where} cannot start: {detail}: check spec.database.urlSecretRef, "
-                                     "spec.env/envFrom, and that the image runs as a non-root numeric user"))
+                found.append(kubelet_secret_problem(detail, secret, namespace) or Problem(
+                    "ContainerConfigError",
+                    f"{where} cannot start: {detail}: check spec.database.urlSecretRef, spec.env/envFrom, and "
+                    "that the image runs as a non-root numeric user (or set spec.podSecurityContext.runAsUser)"))
             elif token == TOKEN_UNKNOWN_WORKER:
                 found.append(Problem("UnknownWorker",
                                      f"{where} exited with code {code}: {message}: fix spec.workers and "
@@ -266,6 +305,8 @@ def _condition(ctype: str, status: bool, reason: str, message: str, observed: Ob
         # Keep the transition time while the status holds: it says since when, not last checked.
         if old.get("type") == ctype and old.get("status") == text and old.get("lastTransitionTime"):
             since = str(old["lastTransitionTime"])
+    if len(message) > crd.CONDITION_MESSAGE_MAX:  # metav1.Condition's bound; the API server would refuse more
+        message = message[: crd.CONDITION_MESSAGE_MAX - 3] + "..."
     return {"type": ctype, "status": text, "reason": reason, "message": message,
             "lastTransitionTime": since, "observedGeneration": observed.generation}
 
@@ -285,7 +326,8 @@ def status(observed: Observed) -> dict[str, Any]:
         and updated >= want and replicas == want and available >= want
     )
 
-    problems = [*observed.problems, *pod_problems(observed.pods, image=observed.image)]
+    problems = [*observed.problems, *pod_problems(observed.pods, image=observed.image, secret=observed.secret,
+                                                  namespace=observed.namespace)]
     degraded = problems[0] if problems else None
     conditions = [
         _condition(DEGRADED, degraded is not None,
@@ -310,24 +352,75 @@ def status(observed: Observed) -> dict[str, Any]:
         problem = observed.autoscaling
         conditions.append(_condition(AUTOSCALING, problem is None,
                                      problem.reason if problem else "ScaledObjectApplied",
-                                     problem.message if problem else "KEDA scales the Deployment on the backlog",
+                                     problem.message if problem else _autoscaling_active(observed),
                                      observed))
     if observed.monitoring_requested:
         problem = observed.monitoring
         conditions.append(_condition(MONITORING, problem is None,
                                      problem.reason if problem else "PodMonitorApplied",
-                                     problem.message if problem else "Prometheus Operator scrapes the pods",
+                                     problem.message if problem else _pod_monitor_applied(observed),
                                      observed))
+    if observed.budget is not None:
+        blocked = drain_blocked(observed.budget, want)
+        conditions.append(_condition(DRAIN_BLOCKED, blocked is not None,
+                                     blocked.reason if blocked else "EvictionsAllowed",
+                                     blocked.message if blocked else
+                                     f"the disruption budget lets {evictions_allowed(observed.budget, want)} of "
+                                     f"{want} pods be evicted at a time", observed))
     result: dict[str, Any] = {
         "observedGeneration": observed.generation,
         "replicas": replicas,
         "readyReplicas": ready,
+        "desiredReplicas": want,
         "selector": observed.selector,
         "conditions": conditions,
     }
     if observed.backlog is not None:
         result["backlog"] = observed.backlog
     return result
+
+
+def _autoscaling_active(observed: Observed) -> str:
+    text = "KEDA scales the Deployment on the backlog"
+    if observed.monitoring_requested and observed.monitoring is None:
+        return text
+    return (f"{text}; its query reads dbworker_backlog series labelled app_kubernetes_io_instance: without "
+            "spec.metrics.podMonitor, your scrape configuration must copy the pod labels (a labelmap of "
+            "__meta_kubernetes_pod_label_(.+))")
+
+
+def _pod_monitor_applied(observed: Observed) -> str:
+    shown = ",".join(f"{k}={v}" for k, v in sorted(observed.monitoring_labels.items()))
+    return (f"PodMonitor applied with labels {shown or 'none but the app.kubernetes.io/* ones'}; the operator cannot see whether a Prometheus selects it: "
+            "its podMonitorSelector must match these labels (kube-prometheus-stack selects release=<its "
+            "release>: set spec.metrics.podMonitorLabels or the chart's podMonitor.labels) and its "
+            "podMonitorNamespaceSelector this namespace")
+
+
+def _scaled(value: int | str, total: int) -> int:
+    """A count or percentage of ``total``, rounded up, as the disruption controller computes it."""
+    if isinstance(value, int):
+        return value
+    return -(-total * int(value.rstrip("%")) // 100)
+
+
+def evictions_allowed(budget: DisruptionBudget, desired: int) -> int:
+    """Pods the budget lets be evicted at once while all ``desired`` pods are healthy."""
+    if budget.min_available is not None:
+        return max(0, desired - _scaled(budget.min_available, desired))
+    return min(desired, _scaled(budget.max_unavailable or 0, desired))
+
+
+def drain_blocked(budget: DisruptionBudget, desired: int) -> Problem | None:
+    """Why the budget blocks every voluntary eviction (so every node drain) at ``desired`` pods, or None."""
+    if desired == 0 or evictions_allowed(budget, desired) > 0:
+        return None
+    field_, value = (("minAvailable", budget.min_available) if budget.min_available is not None
+                     else ("maxUnavailable", budget.max_unavailable))
+    return Problem("BudgetAllowsNoEviction",
+                   f"spec.disruptionBudget.{field_} {value} with {desired} desired pod(s) allows no eviction: "
+                   "every node drain waits on these pods until someone intervenes; use maxUnavailable: 1, "
+                   "a lower minAvailable, or more replicas")
 
 
 def changed(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
@@ -344,18 +437,26 @@ def status_patch(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[st
     return patch if changed(previous, patch) else None
 
 
-def degraded(status: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The Degraded condition of ``status`` when it is True, else None."""
+def _true(status: Mapping[str, Any], ctype: str) -> dict[str, Any] | None:
     for cond in status.get("conditions") or []:
-        if cond.get("type") == DEGRADED and cond.get("status") == "True":
+        if cond.get("type") == ctype and cond.get("status") == "True":
             return dict(cond)
     return None
 
 
+def degraded(status: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The Degraded condition of ``status`` when it is True, else None."""
+    return _true(status, DEGRADED)
+
+
 def events(previous: Mapping[str, Any], new: Mapping[str, Any], changes: Iterable[str]) -> list[Event]:
-    """The Events for one reconcile, each once: objects applied (``changes``), Degraded raised or
-    changed (Warning, its reason and message), Degraded cleared (Normal ``Recovered``)."""
+    """The Events for one reconcile, each once: objects applied (``changes``), a budget that
+    blocks drains (Warning), Degraded raised or changed (Warning, its reason and message),
+    Degraded cleared (Normal ``Recovered``)."""
     found = [Event("Normal", "Applied", change) for change in changes]
+    blocked_before, blocked = _true(previous, DRAIN_BLOCKED), _true(new, DRAIN_BLOCKED)
+    if blocked is not None and (blocked_before is None or blocked_before.get("message") != blocked.get("message")):
+        found.append(Event("Warning", str(blocked.get("reason")), str(blocked.get("message"))))
     old, now = degraded(previous), degraded(new)
     if now is not None and (old is None or (old.get("reason"), old.get("message")) !=
                             (now.get("reason"), now.get("message"))):

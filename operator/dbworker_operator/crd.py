@@ -21,6 +21,21 @@ ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 PROMETHEUS_URL_PATTERN = r"^https?://[^\s]+$"
+# A Worker's name becomes a label value (app.kubernetes.io/instance, KEDA's scaledobject.keda.sh/name)
+# and the name of every object it owns: a DNS label, at most 63 characters.
+WORKER_OBJECT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+WORKER_OBJECT_NAME_MAX = 63
+# A percentage the PodDisruptionBudget API accepts: a whole number from 0 to 100, then "%".
+PERCENT_PATTERN = r"^(100|[1-9]?[0-9])%$"
+# Label keys and values (the PodMonitor's labels, as Kubernetes checks them).
+LABEL_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+# resource.Quantity's serialised form (as controller-gen writes it for Quantity fields).
+QUANTITY_PATTERN = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+# metav1.Condition's own limits, so the status holds only what `kubectl` tooling expects.
+CONDITION_TYPE_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+CONDITION_MESSAGE_MAX = 32768
 
 DEFAULT_REPLICAS = 1
 DEFAULT_DRAIN_SECONDS = 25
@@ -28,6 +43,7 @@ DEFAULT_METRICS_PORT = 9100
 DEFAULT_ENV_NAME = "DATABASE_URL"
 DEFAULT_TARGET_BACKLOG = 10
 DEFAULT_PROMETHEUS_ADDRESS = "http://prometheus-operated.monitoring.svc:9090"
+DEFAULT_TMP_SIZE_LIMIT = "1Gi"
 # The library's own defaults (SPEC.md), used by CEL rules that compare a set field with an unset one.
 LIBRARY_POLL_SECONDS = 0.25
 LIBRARY_MAX_POLL_SECONDS = 10.0
@@ -53,14 +69,77 @@ def _int_or_string(description: str) -> dict[str, Any]:
     # The exact anyOf form the API server allows for int-or-string; the value check is CEL.
     return {"description": description, "x-kubernetes-int-or-string": True,
             "anyOf": [{"type": "integer"}, {"type": "string"}],
+            # The estimated cost of matches() is bounded by the request size (about 1.6 million
+            # units for the largest body, under the API server's 10 million per rule); each
+            # field is evaluated once per Worker, never per list item.
             "x-kubernetes-validations": [{
-                "rule": "type(self) == int ? self >= 0 : self.endsWith('%')",
-                "message": "must be a non-negative count or a percentage such as 25%",
+                "rule": f"type(self) == int ? self >= 0 : self.matches('{PERCENT_PATTERN}')",
+                "message": "must be a non-negative count or a whole percentage from 0% to 100%, such as 25%",
             }]}
 
 
 def _seconds(description: str) -> dict[str, Any]:
     return {"type": "number", "minimum": 0, "exclusiveMinimum": True, "description": description}
+
+
+def _labels(description: str) -> dict[str, Any]:
+    """A map of Kubernetes labels; the keys are checked by the operator (spec.py), since CEL
+    regexes over unbounded map keys can exceed the API server's cost budget."""
+    return {"type": "object", "description": description, "maxProperties": 32,
+            "additionalProperties": {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN}}
+
+
+def _ids(description: str, *, minimum: int) -> dict[str, Any]:
+    return {"type": "integer", "format": "int64", "minimum": minimum, "maximum": 2**31 - 1,
+            "description": description}
+
+
+def _seccomp() -> dict[str, Any]:
+    # `restricted` admits RuntimeDefault and Localhost only (never Unconfined).
+    return {
+        "type": "object", "required": ["type"],
+        "description": "seccomp profile: RuntimeDefault (the default) or a Localhost profile.",
+        "properties": {"type": {"type": "string", "enum": ["RuntimeDefault", "Localhost"]},
+                       "localhostProfile": {"type": "string", "minLength": 1, "maxLength": 4096}},
+        "x-kubernetes-validations": [{
+            "rule": "self.type == 'Localhost' ? has(self.localhostProfile) : !has(self.localhostProfile)",
+            "message": "seccompProfile.localhostProfile is required with type Localhost, and only with it",
+        }],
+    }
+
+
+def pod_security_context_schema() -> dict[str, Any]:
+    """The pod securityContext fields a Worker may set: those the `restricted` Pod Security
+    Standard still allows (runAsNonRoot stays true; the user is never root)."""
+    return {
+        "type": "object",
+        "description": "Pod securityContext fields allowed under the restricted Pod Security Standard.",
+        "properties": {
+            "runAsUser": _ids("UID the containers run as (never 0); for images whose USER is a name or root.",
+                              minimum=1),
+            "runAsGroup": _ids("GID the containers run as.", minimum=0),
+            "fsGroup": _ids("GID that owns mounted volumes.", minimum=0),
+            "fsGroupChangePolicy": {"type": "string", "enum": ["OnRootMismatch", "Always"]},
+            "supplementalGroups": {"type": "array", "maxItems": 32, "x-kubernetes-list-type": "set",
+                                   "items": {"type": "integer", "format": "int64", "minimum": 0,
+                                             "maximum": 2**31 - 1}},
+            "seccompProfile": _seccomp(),
+        },
+    }
+
+
+def container_security_context_schema() -> dict[str, Any]:
+    """The container securityContext fields a Worker may set (both containers get them); the
+    rest stay hardened: no privilege escalation, no capabilities, a read-only root."""
+    return {
+        "type": "object",
+        "description": "Container securityContext fields allowed under the restricted Pod Security Standard.",
+        "properties": {
+            "runAsUser": _ids("UID of the containers (never 0).", minimum=1),
+            "runAsGroup": _ids("GID of the containers.", minimum=0),
+            "seccompProfile": _seccomp(),
+        },
+    }
 
 
 def spec_schema() -> dict[str, Any]:
@@ -122,6 +201,15 @@ def spec_schema() -> dict[str, Any]:
             "affinity": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
                          "description": "core/v1 Affinity for the pods."},
             "serviceAccountName": {"type": "string", "pattern": SECRET_NAME_PATTERN, "maxLength": 253},
+            "automountServiceAccountToken": {
+                "type": "boolean", "default": False,
+                "description": "Mount a Kubernetes API token into the pods (only for code that calls the API)."},
+            "podSecurityContext": pod_security_context_schema(),
+            "containerSecurityContext": container_security_context_schema(),
+            "tmpSizeLimit": {
+                "x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}],
+                "pattern": QUANTITY_PATTERN, "default": DEFAULT_TMP_SIZE_LIMIT,
+                "description": "Size limit of the writable /tmp (an emptyDir); past it the pod is evicted."},
             "podLabels": {
                 **_string_map("Extra labels for the pods."),
                 "x-kubernetes-validations": [{
@@ -137,6 +225,9 @@ def spec_schema() -> dict[str, Any]:
                     "port": {"type": "integer", "minimum": 1, "maximum": 65535, "default": DEFAULT_METRICS_PORT},
                     "podMonitor": {"type": "boolean", "default": False,
                                    "description": "Create a PodMonitor when the Prometheus Operator is installed."},
+                    "podMonitorLabels": _labels(
+                        "Labels of the PodMonitor, for the Prometheus that should select it (kube-prometheus-stack: "
+                        "release: <its release>); added to the operator's defaults."),
                 },
             },
             "disruptionBudget": {
@@ -183,15 +274,16 @@ def spec_schema() -> dict[str, Any]:
 
 
 def status_schema() -> dict[str, Any]:
+    # metav1.Condition: every field but observedGeneration required, with its lengths and patterns.
     condition = {
-        "type": "object", "required": ["type", "status"],
+        "type": "object", "required": ["type", "status", "reason", "message", "lastTransitionTime"],
         "properties": {
-            "type": {"type": "string"},
+            "type": {"type": "string", "maxLength": 316, "pattern": CONDITION_TYPE_PATTERN},
             "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
-            "reason": {"type": "string"},
-            "message": {"type": "string"},
+            "reason": {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": CONDITION_REASON_PATTERN},
+            "message": {"type": "string", "maxLength": CONDITION_MESSAGE_MAX},
             "lastTransitionTime": {"type": "string", "format": "date-time"},
-            "observedGeneration": {"type": "integer"},
+            "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
         },
     }
     return {
@@ -200,6 +292,8 @@ def status_schema() -> dict[str, Any]:
             "observedGeneration": {"type": "integer"},
             "replicas": {"type": "integer"},
             "readyReplicas": {"type": "integer"},
+            "desiredReplicas": {"type": "integer",
+                                "description": "Pods wanted now: KEDA's count while it scales, else spec.replicas."},
             "backlog": {"type": "integer", "description": "Items claimable now, from the pods' dbworker_backlog."},
             "selector": {"type": "string", "description": "Pod label selector (for the scale subresource)."},
             "conditions": {"type": "array", "items": condition,
@@ -207,6 +301,16 @@ def status_schema() -> dict[str, Any]:
             # kopf may record its own bookkeeping here; keep it out of our typed fields.
             "kopf": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
         },
+    }
+
+
+def name_rule() -> dict[str, Any]:
+    """The Worker's own name must serve as a label value and as its objects' names."""
+    return {
+        "rule": f"self.metadata.name.size() <= {WORKER_OBJECT_NAME_MAX} && "
+                f"self.metadata.name.matches('{WORKER_OBJECT_NAME_PATTERN}')",
+        "message": f"a Worker's name must be a DNS label of at most {WORKER_OBJECT_NAME_MAX} characters "
+                   "(lower-case letters, digits and '-'): it is the pods' app.kubernetes.io/instance label",
     }
 
 
@@ -233,10 +337,13 @@ def worker_crd() -> dict[str, Any]:
                     "properties": {
                         "apiVersion": {"type": "string"},
                         "kind": {"type": "string"},
-                        "metadata": {"type": "object"},
+                        # Only name (and generateName) may be constrained here; see name_rule().
+                        "metadata": {"type": "object", "properties": {
+                            "name": {"type": "string", "maxLength": WORKER_OBJECT_NAME_MAX}}},
                         "spec": spec_schema(),
                         "status": status_schema(),
                     },
+                    "x-kubernetes-validations": [name_rule()],
                 }},
                 "subresources": {
                     "status": {},
@@ -245,7 +352,7 @@ def worker_crd() -> dict[str, Any]:
                 },
                 "additionalPrinterColumns": [
                     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
-                    {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
+                    {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas"},
                     {"name": "Backlog", "type": "integer", "jsonPath": ".status.backlog"},
                     {"name": "Degraded", "type": "string", "priority": 1,
                      "jsonPath": ".status.conditions[?(@.type==\"Degraded\")].reason"},

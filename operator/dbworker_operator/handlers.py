@@ -179,8 +179,14 @@ async def reconcile(runtime: Runtime, body: dict[str, Any], *, trigger: str) -> 
             runtime.metrics.reconcile_duration.labels(kind).observe(time.monotonic() - started)
 
 
-async def _check_secret(kube: Kube, spec: specs.WorkerSpec) -> conditions.Problem | None:
-    """Read the database Secret and say what is wrong with it; None when fine or not readable."""
+async def _check_secret(kube: Kube, spec: specs.WorkerSpec, config: OperatorConfig) -> conditions.Problem | None:
+    """Read the database Secret and say what is wrong with it; None when fine or not readable.
+
+    Only in the namespaces the operator is told it may read Secrets in (config.py); elsewhere
+    the pods report a missing Secret or key (conditions.pod_problems), a little later.
+    """
+    if not config.may_read_secrets(spec.namespace):
+        return None
     try:
         secret = await kube.get_secret(spec.namespace, spec.secret.name)
     except KubeError as exc:
@@ -235,7 +241,7 @@ async def _scrape(runtime: Runtime, pods: list[dict[str, Any]], port: int) -> in
             runtime.metrics.scrape_failures.inc()
             continue
         answered.append(report)
-        patch = deletion_cost.patch_for(pod, report.handlers_active)
+        patch = deletion_cost.patch_for(pod, report.handlers_active) if runtime.config.deletion_cost else None
         if patch is not None:
             try:
                 await kube.patch_pod(pod["metadata"]["namespace"], pod["metadata"]["name"], patch)
@@ -262,13 +268,12 @@ async def _reconcile(runtime: Runtime, body: dict[str, Any]) -> None:
     problems: list[conditions.Problem] = []
     spec: specs.WorkerSpec | None = None
     try:
-        spec = specs.parse(body)
+        spec = specs.parse(body, pod_monitor_labels=runtime.config.pod_monitor_labels)
     except specs.SpecError as exc:
         problems.append(conditions.invalid_spec(exc))
-    caps = kinds.Capabilities(keda=await kube.serves(kinds.SCALED_OBJECT),
-                              pod_monitors=await kube.serves(kinds.POD_MONITOR))
+    caps = await kube.capabilities()
     if spec is not None:
-        secret_problem = await _check_secret(kube, spec)
+        secret_problem = await _check_secret(kube, spec, runtime.config)
         if secret_problem is not None:
             problems.append(secret_problem)
 

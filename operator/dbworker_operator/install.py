@@ -1,114 +1,109 @@
-"""The operator's own install: its RBAC rules, and for users without Helm its RBAC objects,
-peering object and Deployment.
+"""The operator's own permissions, as data: its RBAC rules and the admission policy that narrows
+what it may change on pods.
 
-Data only. generate.py writes the rules into the chart (``files/rbac-rules.yaml``) and these
-manifests into ``operator/manifests/``, so the raw manifests and the chart share one set of rules.
+Data only. generate.py writes the rule groups into the chart (``files/rbac-rules.yaml``) and the
+policy's checks into ``files/pod-patch-policy.yaml``; the chart's templates compose them, and
+the raw manifests in ``operator/manifests/`` are the chart rendered with its defaults, so the
+chart and the manifests share one set of facts. tests/k8s holds the rules against every API
+call the operator makes, in both directions.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from dbworker_operator import __version__, kinds
+from dbworker_operator import kinds, labels
 
+Scope = Literal["cluster", "namespaced"]
+
+# Names and namespace of the install without Helm (the chart rendered as release NAME in NAMESPACE).
 NAMESPACE = "dbworker-system"
 NAME = "dbworker-operator"
-IMAGE = f"dbworker-operator:{__version__}"
-LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "dbworker"}
 
 
-def _meta(name: str, *, namespaced: bool = True) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "labels": dict(LABELS)}
-    if namespaced:
-        meta["namespace"] = NAMESPACE
-    return meta
+def _rule(group: str, resources: list[str], verbs: list[str]) -> dict[str, Any]:
+    return {"apiGroups": [group], "resources": resources, "verbs": verbs}
 
 
-def rbac_rules() -> list[dict[str, Any]]:
-    """The operator's PolicyRules: exactly what kopf, handlers.py and kube.py touch, nothing more."""
+def rule_groups() -> dict[str, list[dict[str, Any]]]:
+    """The operator's PolicyRules by what needs them; ``rbac_rules`` composes them.
+
+    - ``common``: every install: the Workers, what they own, pod reads, Events, CRD discovery.
+    - ``clusterPeering`` / ``namespacedPeering``: kopf's peering object of the watch scope (a
+      namespaced kopf also follows namespaces, to notice watched ones appear).
+    - ``deletionCost``: ``patch pods``, only to keep the pod-deletion-cost annotation current.
+    - ``secrets``: ``get secrets``, granted only in chosen namespaces, to report a missing
+      database Secret or key before any pod starts.
+    """
     watch = ["get", "list", "watch"]  # what kopf needs for a resource it watches
-    own = ["get", "create", "patch", "delete"]  # kube.apply and the deletion of dropped features
+    owned = ["get", "create", "patch", "delete"]  # kube.apply, and deleting what a spec stopped asking for
     worker = kinds.WORKER
-    return [
-        {"apiGroups": [worker.group], "resources": [worker.plural], "verbs": [*watch, "patch"]},
-        {"apiGroups": [worker.group], "resources": [f"{worker.plural}/status"], "verbs": ["get", "patch"]},
-        # Owner references with blockOwnerDeletion need `update` on the owner's finalizers.
-        {"apiGroups": [worker.group], "resources": [f"{worker.plural}/finalizers"], "verbs": ["update"]},
-        {"apiGroups": [kinds.DEPLOYMENT.group], "resources": [kinds.DEPLOYMENT.plural],
-         "verbs": [*watch, "create", "patch", "delete"]},
-        *({"apiGroups": [kind.group], "resources": [kind.plural], "verbs": own}
-          for kind in (kinds.PDB, kinds.SCALED_OBJECT, kinds.POD_MONITOR)),
-        # Pods: read state and termination messages, set the pod-deletion-cost annotation.
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "patch"]},
-        # Secrets: only `get`, to say "Secret x has no key y" before pods fail on it.
-        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
-        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
-        # kopf follows namespaces and CRDs to know what it can watch.
-        {"apiGroups": [""], "resources": ["namespaces"], "verbs": watch},
-        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": watch},
-        {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings", "clusterkopfpeerings"], "verbs": [*watch, "patch"]},
-    ]
-
-
-def rbac() -> list[dict[str, Any]]:
-    """Namespace, ServiceAccount, ClusterRole (``rbac_rules``) and its binding."""
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(NAMESPACE, namespaced=False)},
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME)},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": _meta(NAME, namespaced=False), "rules": rbac_rules()},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": _meta(NAME, namespaced=False),
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
-         "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]},
-    ]
-
-
-def deployment(image: str = IMAGE) -> list[dict[str, Any]]:
-    """kopf's peering object, the operator Deployment (two replicas, one acts) and its metrics Service."""
-    security = {"runAsNonRoot": True, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                "privileged": False, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
-    container = {
-        "name": "operator",
-        "image": image,
-        "imagePullPolicy": "IfNotPresent",
-        "env": [
-            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            {"name": "DBWORKER_OPERATOR_NAMESPACES", "value": ""},
-            {"name": "DBWORKER_OPERATOR_PEERING", "value": NAME},
-            {"name": "DBWORKER_OPERATOR_LIVENESS_PORT", "value": "8080"},
-            {"name": "DBWORKER_OPERATOR_METRICS_PORT", "value": "9090"},
-            {"name": "DBWORKER_OPERATOR_LOG_LEVEL", "value": "INFO"},
+    return {
+        "common": [
+            # kopf watches Workers and keeps its bookkeeping in their annotations (patch).
+            _rule(worker.group, [worker.plural], [*watch, "patch"]),
+            _rule(worker.group, [f"{worker.plural}/status"], ["patch"]),
+            # Owner references with blockOwnerDeletion need `update` on the owner's finalizers where
+            # the OwnerReferencesPermissionEnforcement admission plugin runs; no request uses it.
+            _rule(worker.group, [f"{worker.plural}/finalizers"], ["update"]),
+            # The Deployment is always wanted (never deleted: owner references collect it with the Worker).
+            _rule(kinds.DEPLOYMENT.group, [kinds.DEPLOYMENT.plural], [*watch, "create", "patch"]),
+            *(_rule(kind.group, [kind.plural], owned) for kind in (kinds.PDB, kinds.SCALED_OBJECT, kinds.POD_MONITOR)),
+            # Pods: listed by the Worker's selector, for their state, IPs and termination messages.
+            _rule("", ["pods"], ["list"]),
+            _rule("", ["events"], ["create"]),
+            # kopf follows CRDs to notice the Worker CRD installed or changed.
+            _rule("apiextensions.k8s.io", ["customresourcedefinitions"], ["list", "watch"]),
         ],
-        "ports": [{"name": "health", "containerPort": 8080, "protocol": "TCP"},
-                  {"name": "metrics", "containerPort": 9090, "protocol": "TCP"}],
-        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "health"}, "initialDelaySeconds": 10,
-                          "periodSeconds": 15, "timeoutSeconds": 5, "failureThreshold": 4},
-        "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
-        "securityContext": security,
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "clusterPeering": [_rule("kopf.dev", ["clusterkopfpeerings"], [*watch, "patch"])],
+        "namespacedPeering": [_rule("kopf.dev", ["kopfpeerings"], [*watch, "patch"]),
+                              _rule("", ["namespaces"], ["list", "watch"])],
+        "deletionCost": [_rule("", ["pods"], ["patch"])],
+        "secrets": [_rule("", ["secrets"], ["get"])],
     }
-    return [
-        {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": NAME, "labels": LABELS}},
-        {
-            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(NAME),
-            "spec": {
-                "replicas": 2,
-                "selector": {"matchLabels": dict(LABELS)},
-                "template": {
-                    "metadata": {"labels": dict(LABELS)},
-                    "spec": {
-                        "serviceAccountName": NAME,
-                        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
-                                            "seccompProfile": {"type": "RuntimeDefault"}},
-                        "containers": [container],
-                        "volumes": [{"name": "tmp", "emptyDir": {}}],
-                    },
-                },
-            },
-        },
-        {"apiVersion": "v1", "kind": "Service", "metadata": _meta(f"{NAME}-metrics"),
-         "spec": {"selector": dict(LABELS),
-                  "ports": [{"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}]}},
-    ]
+
+
+def rbac_rules(*, scope: Scope = "cluster", deletion_cost: bool = True, secrets: bool = False) -> list[dict[str, Any]]:
+    """Exactly the rules the operator needs for ``scope``: kopf's calls, handlers.py's and kube.py's.
+
+    ``secrets`` adds ``get secrets`` (the chart grants it in Roles of chosen namespaces only).
+    """
+    groups = rule_groups()
+    return [*groups["common"], *groups["clusterPeering" if scope == "cluster" else "namespacedPeering"],
+            *(groups["deletionCost"] if deletion_cost else []), *(groups["secrets"] if secrets else [])]
+
+
+def pod_patch_policy() -> dict[str, Any]:
+    """The checks of a ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, Kubernetes 1.30+)
+    bound to the operator's ServiceAccount: of a pod it may change one annotation, the
+    pod-deletion-cost, and only to an integer. Everything else (spec, labels, finalizers, owner
+    references, other annotations) must stay as it was, so `patch pods` cannot be used to
+    change what a pod runs or which Service selects it.
+
+    The chart adds the match constraints and the condition naming its ServiceAccount.
+    """
+    cost = labels.DELETION_COST
+
+    def same(field: str) -> str:
+        # has() on both sides, no literals: the expressions type-check against the Pod schema as they are.
+        return (f"has(object.metadata.{field}) == has(oldObject.metadata.{field}) && "
+                f"(!has(object.metadata.{field}) || object.metadata.{field} == oldObject.metadata.{field})")
+
+    new, old = "object.metadata.annotations", "oldObject.metadata.annotations"
+    return {
+        "validations": [
+            {"expression": "object.spec == oldObject.spec",
+             "message": "the dbworker operator may not change a pod's spec", "reason": "Forbidden"},
+            {"expression": same("labels"),
+             "message": "the dbworker operator may not change a pod's labels", "reason": "Forbidden"},
+            {"expression": f"({same('finalizers')}) && ({same('ownerReferences')})",
+             "message": "the dbworker operator may not change a pod's finalizers or owner references",
+             "reason": "Forbidden"},
+            {"expression": f"(!has({new}) || {new}.all(k, k == '{cost}' || (has({old}) && k in {old} && "
+                           f"{old}[k] == {new}[k]))) && "
+                           f"(!has({old}) || {old}.all(k, k == '{cost}' || (has({new}) && k in {new})))",
+             "message": f"the dbworker operator may change no pod annotation but {cost}", "reason": "Forbidden"},
+            {"expression": f"!has({new}) || !('{cost}' in {new}) || {new}['{cost}'].matches('^-?[0-9]+$')",
+             "message": f"{cost} must be an integer", "reason": "Invalid"},
+        ],
+    }

@@ -7,7 +7,10 @@ which optional kinds (add-ons' CRDs) a cluster serves.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 GROUP = "dbworker.dev"
 VERSION = "v1alpha1"
@@ -40,12 +43,33 @@ SCALED_OBJECT = Kind("keda.sh/v1alpha1", "ScaledObject", "scaledobjects", option
 POD_MONITOR = Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors", optional=True)
 
 
+# PodDisruptionBudget.spec.unhealthyPodEvictionPolicy: absent before Kubernetes 1.26, behind a
+# feature gate that is off by default in 1.26 (alpha), on from 1.27 (beta), GA in 1.31. Sent to
+# a server without it, the field is dropped, so the PDB would never match what the operator wants.
+UNHEALTHY_POD_EVICTION_SINCE = (1, 27)
+
+
+def parse_server_version(version: Mapping[str, Any] | None) -> tuple[int, int] | None:
+    """(major, minor) from the API server's /version ("27+" on some providers), None if unreadable."""
+    try:
+        major = int(re.sub(r"\D", "", str((version or {})["major"])))
+        minor = int(re.sub(r"\D", "", str((version or {})["minor"])))
+    except (KeyError, ValueError):
+        return None
+    return major, minor
+
+
 @dataclass(frozen=True)
 class Capabilities:
-    """Which optional kinds the cluster serves (from API discovery)."""
+    """What the cluster serves: optional kinds (API discovery) and version-gated fields (/version)."""
 
     keda: bool = False
     pod_monitors: bool = False
+    server_version: tuple[int, int] | None = None  # None: unknown, so no version-gated field is sent
+
+    @property
+    def unhealthy_pod_eviction_policy(self) -> bool:
+        return self.server_version is not None and self.server_version >= UNHEALTHY_POD_EVICTION_SINCE
 
     def serves(self, kind: Kind) -> bool:
         if kind is SCALED_OBJECT:

@@ -1,7 +1,8 @@
 """The only Kubernetes API calls the operator makes itself (kopf makes its own for watching).
 
 One aiohttp session with the same credentials kopf logs in with (service account in a pod,
-kubeconfig elsewhere): get, list, create, merge-patch, delete, API discovery, and ``apply``,
+kubeconfig elsewhere): get, list, create, merge-patch, delete, API discovery, the server's
+version, and ``apply``,
 which creates an owned object or restores it when it drifted (see drift.py).
 """
 
@@ -116,6 +117,7 @@ class Kube:
         self._server = server.rstrip("/")
         self._relogin = relogin
         self._discovery: dict[str, tuple[float, frozenset[str]]] = {}
+        self._version: tuple[float, tuple[int, int] | None] | None = None
 
     @classmethod
     async def connect(cls, *, settings: kopf.OperatorSettings, logger: logging.Logger | Any) -> Kube:
@@ -225,6 +227,27 @@ class Kube:
             cached = (now, plurals)
             self._discovery[kind.api_version] = cached
         return kind.plural in cached[1]
+
+    async def server_version(self) -> tuple[int, int] | None:
+        """The API server's (major, minor) from /version (cached for a minute), None if unreadable.
+
+        /version is readable by every authenticated client (the default system:public-info-viewer
+        role), so it needs no rule of the operator's own.
+        """
+        now = time.monotonic()
+        if self._version is None or now - self._version[0] > DISCOVERY_TTL_SECONDS:
+            try:
+                version = kinds.parse_server_version(await self._call("GET", "/version"))
+            except KubeError:
+                version = None
+            self._version = (now, version)
+        return self._version[1]
+
+    async def capabilities(self) -> kinds.Capabilities:
+        """What the cluster serves, from discovery and /version (both cached for a minute)."""
+        return kinds.Capabilities(keda=await self.serves(kinds.SCALED_OBJECT),
+                                  pod_monitors=await self.serves(kinds.POD_MONITOR),
+                                  server_version=await self.server_version())
 
     async def apply(self, kind: kinds.Kind, manifest: Mapping[str, Any], *, owner_uid: str,
                     on_create: Mapping[str, Any] | None = None) -> Applied:

@@ -72,6 +72,12 @@ class WorkerSpec:
     affinity: Mapping[str, Any] = field(default_factory=dict)
     pod_labels: Mapping[str, str] = field(default_factory=dict)
     pod_annotations: Mapping[str, str] = field(default_factory=dict)
+    # The PodMonitor's labels: the operator's defaults, then the Worker's own.
+    pod_monitor_labels: Mapping[str, str] = field(default_factory=dict)
+    pod_security_context: Mapping[str, Any] = field(default_factory=dict)
+    container_security_context: Mapping[str, Any] = field(default_factory=dict)
+    tmp_size_limit: str = crd.DEFAULT_TMP_SIZE_LIMIT
+    automount_service_account_token: bool = False
 
 
 def _get(spec: Mapping[str, Any], path: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
@@ -141,15 +147,77 @@ def _worker_name(value: Any, path: str) -> str:
     return value
 
 
-def parse(body: Mapping[str, Any]) -> WorkerSpec:
+def _labels(spec: Mapping[str, Any], path: str) -> dict[str, str]:
+    labels = _string_map(spec, path)
+    for key, value in labels.items():
+        if len(key) > 316 or not re.match(crd.LABEL_KEY_PATTERN, key):
+            raise SpecError(f"spec.{path}: {key!r} is not a label key; use [prefix/]name, e.g. release")
+        if len(value) > 63 or not re.match(crd.LABEL_VALUE_PATTERN, value):
+            raise SpecError(f"spec.{path}.{key}: {value!r} is not a label value (at most 63 letters, digits, -_.)")
+    return labels
+
+
+def _budget_value(spec: Mapping[str, Any], path: str) -> int | str | None:
+    value = _get(spec, path, (int, str))
+    if isinstance(value, int) and value < 0:
+        raise SpecError(f"spec.{path} is {value}; use a count >= 0 or a percentage such as 25%")
+    if isinstance(value, str) and not re.match(crd.PERCENT_PATTERN, value):
+        raise SpecError(f"spec.{path}: {value!r} is not a whole percentage from 0% to 100%, such as 25%")
+    return value  # type: ignore[no-any-return]
+
+
+# Which securityContext fields a Worker may set (crd.py's schemas), and their minimum values.
+_ID_FIELDS = {"runAsUser": 1, "runAsGroup": 0, "fsGroup": 0}
+
+
+def _security_context(spec: Mapping[str, Any], path: str, allowed: Mapping[str, Any]) -> dict[str, Any]:
+    """A securityContext with only the fields ``allowed`` (a schema's properties), values checked."""
+    context = dict(_get(spec, path, Mapping, {}))
+    for key, value in context.items():
+        if key not in allowed:
+            raise SpecError(f"spec.{path}.{key} cannot be set: the pods keep the restricted Pod Security "
+                            f"Standard; use one of {', '.join(sorted(allowed))}")
+        if key in _ID_FIELDS and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < _ID_FIELDS[key]):
+            raise SpecError(f"spec.{path}.{key}: {value!r} must be an integer >= {_ID_FIELDS[key]}"
+                            + (" (never root)" if key == "runAsUser" else ""))
+        if key == "seccompProfile":
+            profile = value if isinstance(value, Mapping) else {}
+            if profile.get("type") not in ("RuntimeDefault", "Localhost") or \
+                    (profile.get("type") == "Localhost") != bool(profile.get("localhostProfile")):
+                raise SpecError(f"spec.{path}.seccompProfile: use {{type: RuntimeDefault}} or "
+                                "{type: Localhost, localhostProfile: <file>}")
+    return context
+
+
+def _quantity(spec: Mapping[str, Any], path: str, default: str) -> str:
+    value = _get(spec, path, (int, str), default)
+    text = str(value)
+    if not re.match(crd.QUANTITY_PATTERN, text):
+        raise SpecError(f"spec.{path}: {text!r} is not a quantity such as 512Mi or 2Gi")
+    return text
+
+
+def _name(meta: Mapping[str, Any]) -> str:
+    name = str(meta.get("name") or "")
+    if len(name) > crd.WORKER_OBJECT_NAME_MAX or not re.match(crd.WORKER_OBJECT_NAME_PATTERN, name):
+        raise SpecError(f"metadata.name: {name!r} cannot name the Worker's pods and objects; use a DNS label "
+                        f"of at most {crd.WORKER_OBJECT_NAME_MAX} characters (recreate the Worker under it)")
+    return name
+
+
+def parse(body: Mapping[str, Any], *, pod_monitor_labels: Mapping[str, str] | None = None) -> WorkerSpec:
     """Build a ``WorkerSpec`` from a Worker object (``metadata`` and ``spec``).
 
-    Raises ``SpecError`` naming the first bad field and how to fix it.
+    ``pod_monitor_labels`` are the operator's default PodMonitor labels; the Worker's own
+    ``metrics.podMonitorLabels`` win over them. Raises ``SpecError`` naming the first bad
+    field and how to fix it.
     """
     meta = body.get("metadata") or {}
     spec = body.get("spec")
     if not isinstance(spec, Mapping):
         raise SpecError("spec is required: give the Worker a spec with image, app and database")
+    name = _name(meta)
     app = _required(spec, "app", "set it to MODULE:ATTR of your Coordinator, e.g. myapp.jobs:coordinator")
     if not re.match(crd.APP_PATTERN, app):
         raise SpecError(f"spec.app: {app!r} is not MODULE:ATTR; e.g. myapp.jobs:coordinator")
@@ -177,8 +245,8 @@ def parse(body: Mapping[str, Any]) -> WorkerSpec:
 
     budget = None
     if _get(spec, "disruptionBudget", Mapping) is not None:
-        min_available = _get(spec, "disruptionBudget.minAvailable", (int, str))
-        max_unavailable = _get(spec, "disruptionBudget.maxUnavailable", (int, str))
+        min_available = _budget_value(spec, "disruptionBudget.minAvailable")
+        max_unavailable = _budget_value(spec, "disruptionBudget.maxUnavailable")
         if (min_available is None) == (max_unavailable is None):
             raise SpecError("spec.disruptionBudget needs exactly one of minAvailable or maxUnavailable")
         budget = DisruptionBudget(min_available, max_unavailable)
@@ -211,7 +279,7 @@ def parse(body: Mapping[str, Any]) -> WorkerSpec:
         pull_secrets.append(ref["name"])
 
     return WorkerSpec(
-        name=str(meta.get("name") or ""),
+        name=name,
         namespace=str(meta.get("namespace") or ""),
         image=image,
         app=app,
@@ -241,4 +309,11 @@ def parse(body: Mapping[str, Any]) -> WorkerSpec:
         affinity=dict(_get(spec, "affinity", Mapping, {})),
         pod_labels=pod_labels,
         pod_annotations=_string_map(spec, "podAnnotations"),
+        pod_monitor_labels={**(pod_monitor_labels or {}), **_labels(spec, "metrics.podMonitorLabels")},
+        pod_security_context=_security_context(spec, "podSecurityContext",
+                                                crd.pod_security_context_schema()["properties"]),
+        container_security_context=_security_context(spec, "containerSecurityContext",
+                                                      crd.container_security_context_schema()["properties"]),
+        tmp_size_limit=_quantity(spec, "tmpSizeLimit", crd.DEFAULT_TMP_SIZE_LIMIT),
+        automount_service_account_token=_get(spec, "automountServiceAccountToken", bool, False),
     )

@@ -72,6 +72,9 @@ ALL_ON: dict[str, Any] = {
         {"name": "mail", "spec": {**WORKER_SPEC, "workers": ["mail"], "concurrency": {"mail": 2}}},
     ],
     "tests": {"image": "python:3.12-slim"},
+    "secretChecks": {"namespaces": ["shop"]},
+    "podMonitor": {"labels": {"release": "kube-prometheus-stack", "team": "payments"}},
+    "networkPolicy": {"enabled": True},
 }
 
 

@@ -16,6 +16,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from dbworker_operator import install
 
 from tests.chart.conftest import (
     ALL_ON,
@@ -55,7 +56,9 @@ def test_defaults_render_the_operator_with_cluster_rbac(chart: helm.Chart) -> No
     objs = objects(chart)
     kinds = sorted(o["kind"] for o in objs)
     assert kinds == sorted(
-        ["ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "Deployment", "Pod", "Service", "ServiceAccount"]
+        ["ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "Deployment", "Pod", "Service", "ServiceAccount",
+         # The offline render's Kubernetes (Helm's own) serves admissionregistration.k8s.io/v1 policies.
+         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     )
     [deployment] = by_kind(objs, "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
@@ -66,6 +69,8 @@ def test_defaults_render_the_operator_with_cluster_rbac(chart: helm.Chart) -> No
         "DBWORKER_OPERATOR_METRICS_PORT": "9090",
         "DBWORKER_OPERATOR_PEERING": f"{RELEASE}-dbworker-operator",
         "DBWORKER_OPERATOR_LOG_LEVEL": "INFO",
+        "DBWORKER_OPERATOR_SECRET_NAMESPACES": "",
+        "DBWORKER_OPERATOR_DELETION_COST": "true",
         "POD_NAME": "",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
@@ -122,10 +127,13 @@ def test_every_option_on_renders_each_optional_object(chart: helm.Chart) -> None
         "Deployment": 1,
         "ServiceAccount": 1,
         "Service": 1,
-        "Role": 2,
-        "RoleBinding": 2,
+        "Role": 3,  # the operator's in shop and ops, the Secret reader's in shop
+        "RoleBinding": 3,
         "ClusterRole": 1,  # cluster-scoped rules only (CRD and namespace discovery)
         "ClusterRoleBinding": 1,
+        "ValidatingAdmissionPolicy": 1,
+        "ValidatingAdmissionPolicyBinding": 1,
+        "NetworkPolicy": 2,
         "KopfPeering": 2,
         "ServiceMonitor": 1,
         "PrometheusRule": 1,
@@ -139,6 +147,8 @@ def test_every_option_on_renders_each_optional_object(chart: helm.Chart) -> None
     assert env["DBWORKER_OPERATOR_PRIORITY"] == "100"
     assert env["DBWORKER_OPERATOR_LOG_LEVEL"] == "DEBUG"
     assert env["TZ"] == "UTC"
+    assert env["DBWORKER_OPERATOR_SECRET_NAMESPACES"] == "shop"
+    assert env["DBWORKER_OPERATOR_POD_MONITOR_LABELS"] == "release=kube-prometheus-stack,team=payments"
     assert deployment["spec"]["replicas"] == 1
     [monitor] = by_kind(objs, "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
@@ -185,10 +195,14 @@ def test_helm_test_pod_checks_healthz_through_the_service(chart: helm.Chart) -> 
     compile(script, "healthz-check", "exec")
 
 
+def _operator_roles(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in by_kind(objs, "Role") if not r["metadata"]["name"].endswith("-secrets")]
+
+
 def test_namespaced_scope_splits_cluster_scoped_rules_out(chart: helm.Chart) -> None:
-    generated = yaml.safe_load((CHART / "files" / "rbac-rules.yaml").read_text())
+    generated = install.rbac_rules(scope="namespaced")
     objs = objects(chart, all_on())
-    roles = by_kind(objs, "Role")
+    roles = _operator_roles(objs)
     assert sorted(r["metadata"]["namespace"] for r in roles) == sorted(["shop", NAMESPACE])
     [cluster_role] = by_kind(objs, "ClusterRole")
     namespaced = {(g, r) for rule in roles[0]["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
@@ -197,7 +211,10 @@ def test_namespaced_scope_splits_cluster_scoped_rules_out(chart: helm.Chart) -> 
     assert namespaced | clustered == everything
     assert not namespaced & clustered
     assert ("apiextensions.k8s.io", "customresourcedefinitions") in clustered
+    assert ("", "namespaces") in clustered and ("kopf.dev", "kopfpeerings") in namespaced
+    assert ("kopf.dev", "clusterkopfpeerings") not in namespaced | clustered
     assert ("dbworker.dev", "workers") in namespaced
+    assert ("", "secrets") not in namespaced | clustered, "Secrets only through the secretChecks Roles"
     for binding in by_kind(objs, "RoleBinding") + by_kind(objs, "ClusterRoleBinding"):
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": f"{RELEASE}-dbworker-operator", "namespace": NAMESPACE}
@@ -205,9 +222,65 @@ def test_namespaced_scope_splits_cluster_scoped_rules_out(chart: helm.Chart) -> 
 
 
 def test_cluster_scope_grants_the_generated_rules_unchanged(chart: helm.Chart) -> None:
-    generated = yaml.safe_load((CHART / "files" / "rbac-rules.yaml").read_text())
     [cluster_role] = by_kind(objects(chart), "ClusterRole")
-    assert cluster_role["rules"] == generated
+    assert cluster_role["rules"] == install.rbac_rules(scope="cluster")
+    [narrow] = by_kind(objects(chart, {"deletionCost": {"enabled": False}}), "ClusterRole")
+    assert narrow["rules"] == install.rbac_rules(scope="cluster", deletion_cost=False)
+    assert not any("patch" in r["verbs"] for r in narrow["rules"] if r["resources"] == ["pods"])
+
+
+def test_secrets_are_readable_only_in_the_namespaces_listed(chart: helm.Chart) -> None:
+    """Default: no Secret anywhere. Listed namespaces: a Role each, and the operator is told."""
+    assert not [o for o in objects(chart) for r in o.get("rules", []) if "secrets" in r["resources"]]
+    objs = objects(chart, {"secretChecks": {"namespaces": ["shop", "media"]}})
+    readers = [r for r in by_kind(objs, "Role") if r["metadata"]["name"].endswith("-secrets")]
+    assert sorted(r["metadata"]["namespace"] for r in readers) == ["media", "shop"]
+    assert all(r["rules"] == install.rule_groups()["secrets"] for r in readers)
+    assert not any("secrets" in r["resources"] for r in by_kind(objs, "ClusterRole")[0]["rules"])
+    bindings = [b for b in by_kind(objs, "RoleBinding") if b["metadata"]["name"].endswith("-secrets")]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["media", "shop"]
+    [deployment] = by_kind(objs, "Deployment")
+    assert env_of(deployment)["DBWORKER_OPERATOR_SECRET_NAMESPACES"] == "shop,media"
+    values = {"watch": {"scope": "namespaced", "namespaces": ["shop"]}, "secretChecks": {"namespaces": ["media"]}}
+    with pytest.raises(helm.HelmError, match=r"secretChecks.namespaces: \"media\" is not watched"):
+        render(chart, values)
+
+
+def test_the_admission_policy_binds_the_operators_service_account(chart: helm.Chart) -> None:
+    objs = objects(chart)
+    [policy] = by_kind(objs, "ValidatingAdmissionPolicy")
+    [binding] = by_kind(objs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert policy["spec"]["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods"]}]
+    [condition] = policy["spec"]["matchConditions"]
+    user = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-dbworker-operator"
+    assert condition["expression"] == f"request.userInfo.username == '{user}'"
+    assert policy["spec"]["validations"] == install.pod_patch_policy()["validations"]
+    for values in ({"admissionPolicy": {"create": False}}, {"deletionCost": {"enabled": False}}):
+        assert not by_kind(objects(chart, values), "ValidatingAdmissionPolicy"), values
+    assert by_kind(objects(chart, {"admissionPolicy": {"create": True}}), "ValidatingAdmissionPolicy")
+
+
+def test_network_policies_let_exactly_the_operator_scrape_the_workers(chart: helm.Chart) -> None:
+    objs = objects(chart, all_on())
+    policies = by_kind(objs, "NetworkPolicy")
+    assert sorted(p["metadata"]["namespace"] for p in policies) == sorted(["shop", NAMESPACE])  # watched ones
+    [deployment] = by_kind(objs, "Deployment")
+    operator_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    for policy in policies:
+        spec_ = policy["spec"]
+        assert spec_["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "dbworker",
+                                                       "app.kubernetes.io/managed-by": "dbworker-operator"}
+        assert spec_["policyTypes"] == ["Ingress"]
+        [rule] = spec_["ingress"]
+        [peer] = rule["from"]
+        assert peer["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}
+        assert peer["podSelector"]["matchLabels"].items() <= operator_labels.items()
+        assert rule["ports"] == [{"protocol": "TCP", "port": 9100}]
+    with pytest.raises(helm.HelmError, match=r"networkPolicy\.namespaces: list the namespaces"):
+        render(chart, {"networkPolicy": {"enabled": True}})
 
 
 def test_namespaced_scope_defaults_to_the_release_namespace(chart: helm.Chart) -> None:
@@ -219,7 +292,8 @@ def test_namespaced_scope_defaults_to_the_release_namespace(chart: helm.Chart) -
 
 
 def test_rbac_and_service_account_and_peering_can_be_left_to_the_admin(chart: helm.Chart) -> None:
-    values = {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "ops-sa"}, "peering": {"create": False}}
+    values = {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "ops-sa"},
+              "peering": {"create": False}, "admissionPolicy": {"create": False}}
     objs = objects(chart, values)
     assert sorted(o["kind"] for o in objs) == ["Deployment", "Pod", "Service"]
     [deployment] = by_kind(objs, "Deployment")
@@ -381,6 +455,9 @@ def test_builtin_kinds_pass_kubernetes_validate(chart: helm.Chart, values: dict[
     checked = 0
     for obj in objects(chart, values):
         if obj["kind"] in CRD_KINDS:
+            continue
+        if obj["kind"].startswith("ValidatingAdmissionPolicy") and kube_version < "1.30":
+            # admissionregistration.k8s.io/v1 policies exist from 1.30; "auto" renders them only there.
             continue
         kubernetes_validate.validate(obj, kube_version, strict=True)
         checked += 1

@@ -3,7 +3,8 @@
 The stock ``kmock.KubernetesEmulator`` stores objects but lacks server-set ``uid`` and rising
 ``resourceVersion``, watches that resume from a ``resourceVersion`` without losing events,
 ``generation``, the status and scale subresources, merge/JSON patches with deletions, label
-selectors, ``generateName``, and garbage collection through owner references. ``Cluster``
+selectors, ``generateName``, garbage collection through owner references, and a /version of
+a chosen Kubernetes release (kmock's is fixed). ``Cluster``
 adds them, keeping kmock's server, request parsing and API discovery; ``EmulatorThread``
 serves it over HTTP from a background thread so a real operator process can talk to it.
 """
@@ -128,6 +129,8 @@ class Cluster(kmock.KubernetesEmulator):
     # When set, every request must carry ``Authorization: Bearer <token>`` (else 401), so
     # tests can rotate a token as the kubelet rotates service account tokens.
     token: str | None = None
+    # What /version reports (major, minor), for the operator's version-gated fields.
+    version: tuple[str, str] = ("1", "31")
     _store: dict[OKey, dict[str, Any]] = attrs.field(factory=dict, init=False)
     _kinds: dict[RKey, tuple[str, bool, tuple[str, ...]]] = attrs.field(factory=dict, init=False)
     _history: list[tuple[int, RKey, dict[str, Any]]] = attrs.field(factory=list, init=False)
@@ -142,6 +145,11 @@ class Cluster(kmock.KubernetesEmulator):
         for (group, version, plural), (kind, namespaced, subresources) in self._kinds.items():
             self.resources[kmock.resource(group, version, plural)] = kmock.ResourceInfo(
                 kind=kind, namespaced=namespaced, singular=kind.lower(), verbs=VERBS, subresources=subresources)
+
+    async def _serve_server_version(self, request: Any) -> Any:
+        major, minor = self.version
+        return {"major": major, "minor": minor, "gitVersion": f"v{major}.{minor.rstrip('+')}.0",
+                "platform": "linux/amd64"}
 
     # ---- storage -------------------------------------------------------------------------
 
@@ -396,8 +404,10 @@ class EmulatorThread:
     """Serves a ``Cluster`` over HTTP from a background thread, for a real operator process."""
 
     def __init__(self, *, addons: tuple[str, ...] = (),
-                 validators: Mapping[RKey, Callable[[dict[str, Any]], list[str]]] | None = None) -> None:
+                 validators: Mapping[RKey, Callable[[dict[str, Any]], list[str]]] | None = None,
+                 version: tuple[str, str] = ("1", "31")) -> None:
         self._addons = addons
+        self._version = version
         self._validators = dict(validators or {})
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -417,7 +427,7 @@ class EmulatorThread:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        async with Cluster(addons=self._addons, validators=self._validators) as cluster, kmock.Server(cluster) as server:
+        async with Cluster(addons=self._addons, validators=self._validators, version=self._version) as cluster, kmock.Server(cluster) as server:
             self.cluster = cluster
             self.url = str(server.url).rstrip("/")
             self._ready.set()
@@ -457,9 +467,9 @@ class EmulatorThread:
 
 @contextmanager
 def running(*, addons: tuple[str, ...] = (),
-            validators: Mapping[RKey, Callable[[dict[str, Any]], list[str]]] | None = None
-            ) -> Iterator[EmulatorThread]:
-    emulator = EmulatorThread(addons=addons, validators=validators).start()
+            validators: Mapping[RKey, Callable[[dict[str, Any]], list[str]]] | None = None,
+            version: tuple[str, str] = ("1", "31")) -> Iterator[EmulatorThread]:
+    emulator = EmulatorThread(addons=addons, validators=validators, version=version).start()
     try:
         yield emulator
     finally:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from dbworker_operator import kinds
 
 from tests.helpers import wait_until
 from tests.k8s import samples
@@ -201,12 +202,12 @@ class Operator:
     def resync_passes(self) -> float:
         return self.metric("dbworker_operator_resync_passes_total", "")
 
-    def api_calls(self) -> set[tuple[str, str, str]]:
-        """(apiGroup, resource[/subresource], verb) of every API request not made by the tests."""
+    def requests(self) -> list[tuple[str, str, str, str | None]]:
+        """(apiGroup, resource[/subresource], verb, name) of every API request not made by the tests."""
         cluster = self.emulator.cluster
         assert cluster is not None
         requests = self.emulator.call(lambda: list(cluster))
-        calls = set()
+        calls = []
         for request in requests:
             agent = {k.lower(): v for k, v in (request.headers or {}).items()}.get("user-agent", "")
             res = request.resource
@@ -218,8 +219,12 @@ class Operator:
             else:
                 verb = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}[method]
             resource = f"{res.plural}/{request.subresource}" if request.subresource else res.plural
-            calls.add((res.group or "", resource, verb))
+            calls.append((res.group or "", resource, verb, request.name))
         return calls
+
+    def api_calls(self) -> set[tuple[str, str, str]]:
+        """(apiGroup, resource[/subresource], verb) of every API request not made by the tests."""
+        return {(group, resource, verb) for group, resource, verb, _ in self.requests()}
 
     def wait_live(self) -> None:
         self.wait(lambda: httpx.get(f"http://127.0.0.1:{self.liveness_port}/healthz").status_code == 200,
@@ -240,3 +245,18 @@ def not_allowed(calls: set[tuple[str, str, str]], rules: list[dict[str, Any]]) -
     return {(group, resource, verb) for group, resource, verb in calls
             if not any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"]
                        for r in rules)}
+
+
+# Granted for an authorization check, never a request: with blockOwnerDeletion in an owner
+# reference, the OwnerReferencesPermissionEnforcement admission plugin checks this verb.
+AUTHORIZATION_ONLY = {("dbworker.dev", "workers/finalizers", "update")}
+
+
+def never_called(calls: set[tuple[str, str, str]], rules: list[dict[str, Any]], *,
+                 not_served: tuple[kinds.Kind, ...] = ()) -> set[tuple[str, str, str]]:
+    """What the rules grant that no call used (the other direction of ``not_allowed``), leaving
+    out authorization-only grants and the kinds of add-ons this cluster does not serve."""
+    unserved = {(kind.group, kind.plural) for kind in not_served}
+    granted = {(group, resource, verb) for r in rules for group in r["apiGroups"] for resource in r["resources"]
+               for verb in r["verbs"]}
+    return {grant for grant in granted - calls - AUTHORIZATION_ONLY if grant[:2] not in unserved}

@@ -12,7 +12,9 @@ from dbworker_operator.builders import autoscaling, deployment, disruption, moni
 from tests.k8s import samples
 
 K8S_VERSION = "1.33"
-ALL = kinds.Capabilities(keda=True, pod_monitors=True)
+# The oldest Kubernetes the chart supports (Chart.yaml's kubeVersion) and the newest schema here.
+OLDEST, NEWEST = "1.25", kubernetes_validate.latest_version()
+ALL = kinds.Capabilities(keda=True, pod_monitors=True, server_version=(1, 33))
 
 
 # Field names of the add-on kinds kubernetes-validate has no schema for (KEDA v2 ScaledObject,
@@ -21,18 +23,18 @@ SCALED_OBJECT_SPEC = {"scaleTargetRef", "minReplicaCount", "maxReplicaCount", "p
                       "idleReplicaCount", "fallback", "advanced", "triggers", "initialCooldownPeriod"}
 KEDA_TRIGGER = {"type", "metadata", "metricType", "name", "authenticationRef", "useCachedMetrics"}
 POD_MONITOR_SPEC = {"selector", "podMetricsEndpoints", "namespaceSelector", "jobLabel", "podTargetLabels",
-                    "sampleLimit", "targetLimit"}
+                    "sampleLimit", "targetLimit"}  # podTargetLabels: a list of pod label names
 POD_METRICS_ENDPOINT = {"port", "portNumber", "path", "interval", "scrapeTimeout", "scheme", "relabelings"}
 
 
-def _validate(manifest: dict[str, Any]) -> None:
+def _validate(manifest: dict[str, Any], version: str = K8S_VERSION) -> None:
     """kubernetes-validate for built-in kinds; for add-on kinds their metadata and selectors
     (embedded in built-in kinds) plus the documented field names."""
     if manifest["kind"] not in ("ScaledObject", "PodMonitor"):
-        kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
+        kubernetes_validate.validate(manifest, version, strict=True)
         return
     holder = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": manifest["metadata"]}
-    kubernetes_validate.validate(holder, K8S_VERSION, strict=True)
+    kubernetes_validate.validate(holder, version, strict=True)
     spec_ = manifest["spec"]
     if manifest["kind"] == "ScaledObject":
         assert manifest["apiVersion"] == "keda.sh/v1alpha1"
@@ -44,18 +46,22 @@ def _validate(manifest: dict[str, Any]) -> None:
         assert manifest["apiVersion"] == "monitoring.coreos.com/v1"
         assert set(spec_) <= POD_MONITOR_SPEC
         assert all(set(e) <= POD_METRICS_ENDPOINT for e in spec_["podMetricsEndpoints"])
+        assert all(isinstance(label, str) for label in spec_.get("podTargetLabels", []))
         pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "x"},
                "spec": {"selector": spec_["selector"], "maxUnavailable": 1}}
         kubernetes_validate.validate(pdb, K8S_VERSION, strict=True)
 
 
+@pytest.mark.parametrize(("version", "server"), [(OLDEST, (1, 25)), (NEWEST, (1, 37))], ids=["oldest", "newest"])
 @pytest.mark.parametrize("body", [samples.minimal(), samples.full()], ids=["minimal", "full"])
-def test_every_built_manifest_is_valid(body: dict[str, Any]) -> None:
+def test_every_built_manifest_is_valid(body: dict[str, Any], version: str, server: tuple[int, int]) -> None:
+    """Valid, with no field the server lacks, from the oldest supported Kubernetes to the newest."""
     parsed = spec.parse(body)
-    manifests = [m for m in owned.desired(parsed, ALL).values() if m is not None]
+    caps = kinds.Capabilities(keda=True, pod_monitors=True, server_version=server)
+    manifests = [m for m in owned.desired(parsed, caps).values() if m is not None]
     assert manifests
     for manifest in manifests:
-        _validate(owned.owned_by(manifest, body))
+        _validate(owned.owned_by(manifest, body), version)
 
 
 def _container(dep: dict[str, Any], name: str = "worker", *, init: bool = False) -> dict[str, Any]:
@@ -89,8 +95,27 @@ def test_deployment_probes_ports_and_termination() -> None:
     assert worker["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert pod["terminationGracePeriodSeconds"] == 60 + deployment.GRACE_MARGIN_SECONDS
     assert {"name": "tmp", "mountPath": "/tmp"} in worker["volumeMounts"]
-    assert {"name": "tmp", "emptyDir": {}} in pod["volumes"]
+    assert {"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}} in pod["volumes"]
     assert dep["spec"]["replicas"] == 3
+    minimal = deployment.build(spec.parse(samples.minimal()), replicas=1)["spec"]["template"]["spec"]
+    assert {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}} in minimal["volumes"], "/tmp is always bounded"
+
+
+def _restricted(pod: dict[str, Any]) -> None:
+    """The `restricted` Pod Security Standard's rules that a pod spec alone decides."""
+    pod_ctx = pod.get("securityContext") or {}
+    assert pod_ctx.get("runAsNonRoot") is True and pod_ctx.get("runAsUser", 1) != 0
+    assert (pod_ctx.get("seccompProfile") or {}).get("type") in ("RuntimeDefault", "Localhost")
+    for container in [*pod["containers"], *pod.get("initContainers", [])]:
+        ctx = container["securityContext"]
+        assert ctx["runAsNonRoot"] is True and ctx.get("runAsUser", 1) != 0
+        assert ctx["readOnlyRootFilesystem"] is True
+        assert ctx["allowPrivilegeEscalation"] is False and ctx["privileged"] is False
+        assert ctx["capabilities"] == {"drop": ["ALL"]}
+        assert (ctx.get("seccompProfile") or pod_ctx["seccompProfile"])["type"] in ("RuntimeDefault", "Localhost")
+    for volume in pod.get("volumes", []):
+        assert set(volume) - {"name"} <= {"emptyDir", "configMap", "secret", "projected", "downwardAPI",
+                                          "persistentVolumeClaim", "ephemeral", "csi"}, volume
 
 
 def test_deployment_is_hardened() -> None:
@@ -98,13 +123,50 @@ def test_deployment_is_hardened() -> None:
     pod = dep["spec"]["template"]["spec"]
     assert pod["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
     assert pod["automountServiceAccountToken"] is False
+    _restricted(pod)
     for container in [*pod["containers"], *pod["initContainers"]]:
-        ctx = container["securityContext"]
-        assert ctx["runAsNonRoot"] is True
-        assert ctx["readOnlyRootFilesystem"] is True
-        assert ctx["allowPrivilegeEscalation"] is False
-        assert ctx["capabilities"] == {"drop": ["ALL"]}
-        assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert container["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_security_context_fields_restricted_allows_come_from_the_spec() -> None:
+    """An image whose USER is a name or root runs with the spec's numeric user; restricted holds."""
+    pod = deployment.build(spec.parse(samples.full()), replicas=1)["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"},
+                                      "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
+                                      "fsGroupChangePolicy": "OnRootMismatch", "supplementalGroups": [2000]}
+    _restricted(pod)
+    for container in [*pod["containers"], *pod["initContainers"]]:
+        assert container["securityContext"]["seccompProfile"] == {
+            "type": "Localhost", "localhostProfile": "profiles/dbworker.json"}
+    # What restricted forbids cannot be asked for: the parser refuses it, naming the field.
+    for field_, value in (("podSecurityContext", {"runAsUser": 0}),
+                          ("podSecurityContext", {"runAsNonRoot": False}),
+                          ("containerSecurityContext", {"privileged": True}),
+                          ("containerSecurityContext", {"seccompProfile": {"type": "Unconfined"}})):
+        with pytest.raises(spec.SpecError, match=f"spec.{field_}"):
+            spec.parse(samples.with_spec(samples.minimal(), **{field_: value}))
+
+
+def test_no_api_token_unless_the_spec_asks() -> None:
+    with_account = samples.with_spec(samples.minimal(), serviceAccountName="imgdedup")
+    pod = deployment.build(spec.parse(with_account), replicas=1)["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "imgdedup" and pod["automountServiceAccountToken"] is False
+    asked = samples.with_spec(with_account, automountServiceAccountToken=True)
+    assert deployment.build(spec.parse(asked), replicas=1)["spec"]["template"]["spec"][
+        "automountServiceAccountToken"] is True
+
+
+def test_prometheus_annotations_only_without_a_pod_monitor() -> None:
+    """A Prometheus honouring both the annotations and a PodMonitor would scrape each pod twice."""
+    parsed = spec.parse(samples.full())  # metrics.podMonitor: true
+    scraped = owned.desired(parsed, ALL)[kinds.DEPLOYMENT]
+    assert scraped is not None
+    annotations = scraped["spec"]["template"]["metadata"]["annotations"]
+    assert not any(k.startswith("prometheus.io/") for k in annotations)
+    assert annotations["example.com/owner"] == "media"
+    unmonitored = owned.desired(parsed, kinds.Capabilities())[kinds.DEPLOYMENT]  # no Prometheus Operator
+    assert unmonitored is not None
+    assert unmonitored["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "9200"
 
 
 def test_deployment_environment_carries_the_spec_and_the_secret_reference() -> None:
@@ -135,6 +197,28 @@ def test_selector_is_stable_across_spec_changes() -> None:
     assert labels.selector("imgdedup").items() <= template_labels.items()
 
 
+def test_backlog_query_selects_pods_by_label_whatever_the_name() -> None:
+    """Pod names are truncated from about 47 characters and a name prefix matches other Workers;
+    the selector labels match exactly, at any length the CRD admits."""
+    longest = "w" * 63
+    query = autoscaling.backlog_query(spec.parse(samples.minimal(longest)))
+    assert f'app_kubernetes_io_instance="{longest}"' in query and 'app_kubernetes_io_name="dbworker"' in query
+    assert "pod=" not in query and "=~" not in query
+    short = autoscaling.backlog_query(spec.parse(samples.minimal("a")))
+    assert 'app_kubernetes_io_instance="a"' in short and 'app_kubernetes_io_instance="a-b"' not in short
+    # The PodMonitor carries exactly those pod labels into the series, under those names.
+    monitor = monitoring.build(spec.parse(samples.with_spec(samples.minimal("a"), metrics={"podMonitor": True})))
+    assert monitor is not None
+    carried = {autoscaling.series_label(label) for label in monitor["spec"]["podTargetLabels"]}
+    assert carried == {"app_kubernetes_io_name", "app_kubernetes_io_instance"}
+
+
+def test_names_the_operator_cannot_serve_are_refused() -> None:
+    for bad in ("w" * 64, "Upper", "dotted.name", "-dash"):
+        with pytest.raises(spec.SpecError, match=r"metadata\.name"):
+            spec.parse(samples.minimal(bad))
+
+
 def test_scaled_object_targets_the_deployment_on_backlog() -> None:
     scaled = autoscaling.build(spec.parse(samples.full()))
     assert scaled is not None
@@ -152,10 +236,34 @@ def test_pod_monitor_and_budget() -> None:
     assert monitor is not None
     assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
     assert monitor["spec"]["selector"] == {"matchLabels": labels.selector("imgdedup")}
-    pdb = disruption.build(parsed)
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert labels.common("imgdedup").items() <= monitor["metadata"]["labels"].items()
+    pdb = disruption.build(parsed, ALL)
     assert pdb is not None and pdb["spec"]["maxUnavailable"] == 1 and "minAvailable" not in pdb["spec"]
     minimal = spec.parse(samples.minimal())
-    assert monitoring.build(minimal) is None and disruption.build(minimal) is None
+    assert monitoring.build(minimal) is None and disruption.build(minimal, ALL) is None
+
+
+def test_pod_monitor_labels_default_from_the_operator_and_the_worker_wins() -> None:
+    body = samples.with_spec(samples.minimal(), metrics={"podMonitor": True, "podMonitorLabels": {"team": "media"}})
+    parsed = spec.parse(body, pod_monitor_labels={"release": "prom", "team": "ops"})
+    monitor = monitoring.build(parsed)
+    assert monitor is not None
+    assert {"release": "prom", "team": "media"}.items() <= monitor["metadata"]["labels"].items()
+    with pytest.raises(spec.SpecError, match=r"spec\.metrics\.podMonitorLabels"):
+        spec.parse(samples.with_spec(samples.minimal(), metrics={"podMonitorLabels": {"bad key!": "x"}}))
+
+
+@pytest.mark.parametrize(("server", "sent"), [(None, False), ((1, 25), False), ((1, 26), False), ((1, 27), True),
+                                              ((1, 33), True)])
+def test_unhealthy_pod_eviction_policy_only_where_the_server_has_it(server: tuple[int, int] | None,
+                                                                    sent: bool) -> None:
+    """Alpha and off by default in 1.26, absent before: a dropped field would be re-patched forever."""
+    pdb = disruption.build(spec.parse(samples.full()), kinds.Capabilities(server_version=server))
+    assert pdb is not None
+    assert ("unhealthyPodEvictionPolicy" in pdb["spec"]) is sent
+    if sent:
+        assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
 
 
 def test_desired_follows_capabilities_and_leaves_replicas_to_keda() -> None:

@@ -68,6 +68,10 @@ def _bad(**changes: Any) -> dict[str, Any]:
     return samples.with_spec(samples.full(), **changes)
 
 
+def _named(name: str) -> dict[str, Any]:
+    return samples.minimal(name)
+
+
 def _without_secret_ref() -> dict[str, Any]:
     body = samples.minimal()
     body["spec"]["database"] = {"envName": "DATABASE_URL"}
@@ -95,7 +99,19 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("concurrency outside workers", _bad(concurrency={"resize": 2}), "every concurrency key must be listed"),
     ("both budgets", _bad(disruptionBudget={"minAvailable": 1, "maxUnavailable": 1}), "exactly one of"),
     ("no budget value", _bad(disruptionBudget={}), "exactly one of"),
-    ("budget word", _bad(disruptionBudget={"minAvailable": "half"}), "non-negative count or a percentage"),
+    ("budget word", _bad(disruptionBudget={"minAvailable": "half"}), "non-negative count or a whole percentage"),
+    ("budget not a number", _bad(disruptionBudget={"minAvailable": "abc%"}), "whole percentage from 0% to 100%"),
+    ("budget over 100%", _bad(disruptionBudget={"maxUnavailable": "150%"}), "whole percentage from 0% to 100%"),
+    ("budget fraction", _bad(disruptionBudget={"maxUnavailable": "12.5%"}), "whole percentage from 0% to 100%"),
+    ("name too long", _named("w" * 64), "metadata.name: '" + "w" * 64 + "' is too long"),
+    ("name with a dot", _named("img.dedup"), "a Worker's name must be a DNS label"),
+    ("root user", _bad(podSecurityContext={"runAsUser": 0}), "less than the minimum of 1"),
+    ("unconfined seccomp", _bad(podSecurityContext={"seccompProfile": {"type": "Unconfined"}}), "is not one of"),
+    ("localhost seccomp without a file", _bad(containerSecurityContext={"seccompProfile": {"type": "Localhost"}}),
+     "localhostProfile is required with type Localhost"),
+    ("tmp size not a quantity", _bad(tmpSizeLimit="lots"), "does not match"),
+    ("bad pod monitor label", _bad(metrics={"podMonitor": True, "podMonitorLabels": {"release": "not valid!"}}),
+     "does not match"),
     ("reserved pod label", _bad(podLabels={"app.kubernetes.io/instance": "x"}), "podLabels may not set"),
 ]
 
@@ -112,6 +128,12 @@ def test_cel_rules_accept_their_edges() -> None:
         _bad(pollSeconds=2, maxPollSeconds=2),
         _bad(workers=None, concurrency={"anything": 2}),  # no workers list: every worker runs
         _bad(disruptionBudget={"maxUnavailable": 0}),
+        _bad(disruptionBudget={"maxUnavailable": "100%"}),
+        _bad(disruptionBudget={"minAvailable": "0%"}),
+        _named("w" * 63),
+        _named("0-starts-with-a-digit"),
+        _bad(podSecurityContext={"seccompProfile": {"type": "Localhost", "localhostProfile": "p.json"}}),
+        _bad(tmpSizeLimit=1073741824),
     ]
     for body in edges:
         assert check(body) == [], body["spec"]
@@ -129,22 +151,43 @@ def test_write_cli_writes_every_generated_file(tmp_path: Path) -> None:
         assert path.read_text() == text
     crds = list(yaml.safe_load_all((tmp_path / "operator/manifests/peering-crds.yaml").read_text()))
     assert {c["spec"]["names"]["kind"] for c in crds} == {"KopfPeering", "ClusterKopfPeering"}
-    rules = yaml.safe_load((tmp_path / "charts/dbworker-operator/files/rbac-rules.yaml").read_text())
-    assert all(set(rule) == {"apiGroups", "resources", "verbs"} for rule in rules)
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "x"},
-            "rules": copy.deepcopy(rules)}
-    kubernetes_validate.validate(role, "1.33", strict=True)
+    groups = yaml.safe_load((tmp_path / "charts/dbworker-operator/files/rbac-rules.yaml").read_text())
+    assert set(groups) == {"common", "clusterPeering", "namespacedPeering", "deletionCost", "secrets"}
+    for rules in groups.values():
+        assert all(set(rule) == {"apiGroups", "resources", "verbs"} for rule in rules)
+        role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "x"},
+                "rules": copy.deepcopy(rules)}
+        kubernetes_validate.validate(role, "1.33", strict=True)
 
 
-def test_install_manifests_are_valid_and_use_the_generated_rules() -> None:
-    documents = [*install.rbac(), *install.deployment()]
+def _manifests() -> list[dict[str, Any]]:
+    return [doc for name in ("rbac.yaml", "deployment.yaml", "admission-policy.yaml")
+            for doc in yaml.safe_load_all((ROOT / "operator/manifests" / name).read_text()) if doc]
+
+
+def test_install_manifests_are_the_chart_and_use_the_generated_rules() -> None:
+    """One set of facts: the raw manifests are the chart rendered with its defaults."""
+    documents = _manifests()
     for doc in documents:
-        if doc["kind"] != "ClusterKopfPeering":  # a kopf CRD kind: no schema to check against
-            kubernetes_validate.validate(doc, "1.33", strict=True)
+        if doc["kind"] == "ClusterKopfPeering":  # a kopf CRD kind: no schema to check against
+            continue
+        version = "1.30" if doc["kind"].startswith("ValidatingAdmissionPolicy") else "1.25"
+        kubernetes_validate.validate(doc, version, strict=True)
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+        assert "helm.sh/chart" not in doc["metadata"].get("labels", {})
     role = next(d for d in documents if d["kind"] == "ClusterRole")
-    assert role["rules"] == install.rbac_rules()
-    pod = next(d for d in documents if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert role["rules"] == install.rbac_rules(scope="cluster")
+    assert not any(r["resources"] == ["secrets"] for r in role["rules"]), "no Secret is readable by default"
+    deployment = next(d for d in documents if d["kind"] == "Deployment")
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deployment["spec"]["template"]["spec"]
     env = {e["name"] for e in pod["containers"][0]["env"]}
     assert {"DBWORKER_OPERATOR_NAMESPACES", "DBWORKER_OPERATOR_PEERING", "DBWORKER_OPERATOR_LIVENESS_PORT",
-            "DBWORKER_OPERATOR_METRICS_PORT"} <= env
+            "DBWORKER_OPERATOR_METRICS_PORT", "DBWORKER_OPERATOR_SECRET_NAMESPACES"} <= env
     assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+    namespace = next(d for d in documents if d["kind"] == "Namespace")
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    policy = next(d for d in documents if d["kind"] == "ValidatingAdmissionPolicy")
+    [condition] = policy["spec"]["matchConditions"]
+    assert condition["expression"] == \
+        "request.userInfo.username == 'system:serviceaccount:dbworker-system:dbworker-operator'"

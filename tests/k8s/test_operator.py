@@ -12,27 +12,34 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from dbworker_operator import install
+from dbworker_operator import install, kinds
 
+from tests.k8s import samples
 from tests.k8s.emulator import running
 from tests.k8s.harness import (
     DEPLOYMENTS,
     MERGE,
+    NS,
     PODS,
     WORKERS,
     FakePod,
     Operator,
     admission,
     free_port,
+    never_called,
     not_allowed,
     pod,
 )
+
+PDBS = f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets"
 
 
 @pytest.fixture(scope="module")
 def op(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
     with running(validators=admission()) as emulator:
-        operator = Operator(emulator, tmp_path_factory.mktemp("operator"))
+        # Secrets readable in the tests' namespace: the Secret is checked before anything is built.
+        operator = Operator(emulator, tmp_path_factory.mktemp("operator"),
+                            env={"DBWORKER_OPERATOR_SECRET_NAMESPACES": NS})
         try:
             operator.wait_live()
             yield operator
@@ -203,11 +210,49 @@ def test_backlog_and_pod_deletion_cost_come_from_pod_metrics(op: Operator, pods:
         annotations = (op.get(f"{PODS}/{pod}") or {}).get("metadata", {}).get("annotations") or {}
         return annotations.get("controller.kubernetes.io/pod-deletion-cost")
     op.wait(lambda: cost("epsilon-abc-1") == "3" and cost("epsilon-abc-2") == "0", "deletion costs 3 and 0")
+
+    def pod_patches() -> int:
+        return sum(1 for group, resource, verb, name in op.requests()
+                   if (resource, verb) == ("pods", "patch") and str(name).startswith("epsilon-"))
+    patched = pod_patches()
+    passes = op.resync_passes()
+    op.wait(lambda: op.resync_passes() > passes + 3, "a few resync passes with the same metrics")
+    assert pod_patches() == patched, "a pod is patched only when its cost changes, not every resync"
     busy.text = 'dbworker_backlog{worker="hash"} 0\ndbworker_handlers_active{worker="hash"} 0\n'
     op.wait(lambda: cost("epsilon-abc-1") == "0", "the busy pod's cost back to 0 once idle")
+    assert pod_patches() == patched + 1
     scrapes = [h for fake in pods for h in fake.headers]
     assert scrapes and not any("authorization" in {k.lower() for k in h} for h in scrapes), \
         "the operator's API token must never be sent to pods"
+
+
+def test_a_budget_is_kept_warned_about_and_removed(op: Operator) -> None:
+    """A PDB with the eviction policy the server has (/version 1.31), put back when edited, a
+    condition when it blocks every drain, deleted when the spec drops it."""
+    _running_worker(op, "budget", replicas=1, disruptionBudget={"minAvailable": 1})
+    pdb = op.wait(lambda: op.get(f"{PDBS}/budget"), "the PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1 and pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    blocked = op.wait(lambda: op.condition("budget", "DrainBlocked"), "a DrainBlocked condition")
+    assert (blocked["status"], blocked["reason"]) == ("True", "BudgetAllowsNoEviction")
+    op.wait(lambda: any(e[:2] == ("Warning", "BudgetAllowsNoEviction") for e in op.events("budget")),
+            "a Warning event about the budget")
+    op.patch(f"{PDBS}/budget", {"spec": {"minAvailable": 0}})
+    op.wait(lambda: (op.get(f"{PDBS}/budget") or {})["spec"]["minAvailable"] == 1, "the edited budget put back")
+    op.patch(f"{WORKERS}/budget", {"spec": {"replicas": 3}})
+    op.wait(lambda: (op.condition("budget", "DrainBlocked") or {}).get("status") == "False", "DrainBlocked=False")
+    op.patch(f"{WORKERS}/budget", {"spec": {"disruptionBudget": None}})
+    op.wait(lambda: op.get(f"{PDBS}/budget") is None, "the budget deleted")
+    op.wait(lambda: op.condition("budget", "DrainBlocked") is None, "no DrainBlocked condition without a budget")
+
+
+def test_names_up_to_63_characters_work_and_longer_ones_are_refused_at_the_door(op: Operator) -> None:
+    longest = "n" * 63
+    dep = _running_worker(op, longest)
+    assert dep["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/instance"] == longest
+    if not op.emulator.cluster or not op.emulator.cluster.validators:
+        pytest.skip("cel-python is not installed: the emulator has no admission")
+    response = op.api.post(WORKERS, json={**samples.minimal("n" * 64, NS), "metadata": {"name": "n" * 64}})
+    assert response.status_code == 422 and "metadata.name" in response.json()["message"]
 
 
 def test_autoscaling_without_keda_says_why_nothing_scales(op: Operator) -> None:
@@ -241,6 +286,10 @@ def test_operator_metrics_count_reconciles_without_errors(op: Operator) -> None:
 
 
 def test_every_api_call_is_allowed_by_the_generated_rbac_rules(op: Operator) -> None:
+    """RBAC equals what is called, both ways: nothing the rules refuse, nothing granted unused
+    (but the finalizers check and the add-on kinds this cluster does not serve)."""
     calls = op.api_calls()
     assert ("dbworker.dev", "workers", "watch") in calls
-    assert not_allowed(calls, install.rbac_rules()) == set()
+    rules = install.rbac_rules(scope="cluster", deletion_cost=True, secrets=True)  # Secrets readable in apps
+    assert not_allowed(calls, rules) == set()
+    assert never_called(calls, rules, not_served=(kinds.SCALED_OBJECT, kinds.POD_MONITOR)) == set()

@@ -14,7 +14,15 @@ import pytest
 from dbworker_operator import install
 
 from tests.k8s.emulator import running
-from tests.k8s.harness import DEPLOYMENTS, NS, WORKERS, Operator, admission, not_allowed
+from tests.k8s.harness import (
+    DEPLOYMENTS,
+    NS,
+    WORKERS,
+    Operator,
+    admission,
+    never_called,
+    not_allowed,
+)
 
 SCALED_OBJECTS = f"/apis/keda.sh/v1alpha1/namespaces/{NS}/scaledobjects"
 POD_MONITORS = f"/apis/monitoring.coreos.com/v1/namespaces/{NS}/podmonitors"
@@ -25,8 +33,11 @@ PDBS = f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets"
 def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Operator, Operator]]:
     tmp = tmp_path_factory.mktemp("operators")
     with running(addons=("keda", "prometheus-operator"), validators=admission()) as emulator:
-        leader = Operator(emulator, tmp, priority=100)
-        standby = Operator(emulator, tmp, priority=1)
+        # No pod serves metrics here: run without deletion costs, so the RBAC audit is exact.
+        env = {"DBWORKER_OPERATOR_DELETION_COST": "false",
+               "DBWORKER_OPERATOR_POD_MONITOR_LABELS": "release=kube-prometheus-stack"}
+        leader = Operator(emulator, tmp, priority=100, env=env)
+        standby = Operator(emulator, tmp, priority=1, env=env)
         try:
             leader.wait_live()
             standby.wait_live()
@@ -54,6 +65,21 @@ def test_keda_pod_monitor_and_budget_are_created_and_replicas_left_to_keda(ops: 
             "AutoscalingActive=True")
     op.wait(lambda: (op.condition("scaled", "PodMonitorActive") or {}).get("status") == "True",
             "PodMonitorActive=True")
+    monitor = op.get(f"{POD_MONITORS}/scaled") or {}
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack", "the chart's default labels"
+    assert "cannot see whether a Prometheus selects it" in (op.condition("scaled", "PodMonitorActive") or {})["message"]
+    query = (op.get(f"{SCALED_OBJECTS}/scaled") or {})["spec"]["triggers"][0]["metadata"]["query"]
+    assert 'app_kubernetes_io_instance="scaled"' in query and "pod=~" not in query
+    template = (op.get(f"{DEPLOYMENTS}/scaled") or {})["spec"]["template"]["metadata"]
+    assert not any(k.startswith("prometheus.io/") for k in template.get("annotations", {})), "scraped twice"
+    # Add-on objects drift back too (their `patch`).
+    op.patch(f"{SCALED_OBJECTS}/scaled", {"spec": {"maxReplicaCount": 60}})
+    op.patch(f"{POD_MONITORS}/scaled", {"spec": {"podMetricsEndpoints": [{"port": "other"}]}})
+    op.patch(f"{PDBS}/scaled", {"spec": {"maxUnavailable": 3}})
+    op.wait(lambda: (op.get(f"{PDBS}/scaled") or {})["spec"]["maxUnavailable"] == 1, "the budget put back")
+    op.wait(lambda: (op.get(f"{SCALED_OBJECTS}/scaled") or {})["spec"]["maxReplicaCount"] == 6, "maxReplicaCount 6")
+    op.wait(lambda: (op.get(f"{POD_MONITORS}/scaled") or {})["spec"]["podMetricsEndpoints"][0]["port"] == "metrics",
+            "the PodMonitor's endpoint put back")
 
     op.patch(f"{DEPLOYMENTS}/scaled", {"spec": {"replicas": 5}})  # what KEDA's HPA does
     passes = op.resync_passes()
@@ -89,5 +115,8 @@ def test_only_the_higher_priority_replica_acts(ops: tuple[Operator, Operator]) -
 
 
 def test_every_api_call_is_allowed_by_the_generated_rbac_rules(ops: tuple[Operator, Operator]) -> None:
+    """Both ways: the leader uses every rule (add-on kinds included), no replica a rule it lacks."""
+    rules = install.rbac_rules(scope="cluster", deletion_cost=False)
     for op in ops:
-        assert not_allowed(op.api_calls(), install.rbac_rules()) == set()
+        assert not_allowed(op.api_calls(), rules) == set()
+    assert never_called(ops[0].api_calls(), rules) == set()

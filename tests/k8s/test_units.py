@@ -427,3 +427,139 @@ def test_bad_operator_setting_exits_2_with_one_line_naming_it() -> None:
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "dbworker-operator: DBWORKER_OPERATOR_METRICS_PORT='lots' is not an integer; set it to a number from 0 to 65535"]
+
+
+# ---- hardening: what a cluster administrator checks ------------------------------------------
+
+
+def _waiting(name: str, reason: str, message: str) -> dict[str, Any]:
+    pod = _pod(name, waiting=reason)
+    pod["status"]["containerStatuses"][0]["state"]["waiting"]["message"] = message
+    return pod
+
+
+def test_passwords_never_reach_status_or_events() -> None:
+    """One masker (dbworker.redact) between pod texts and what the Worker shows: `password=hunter2`
+    and a password holding an `@` are masked in the status conditions and in the Events."""
+    tail = ("psycopg.OperationalError: connection failed: password=hunter2 host=db\n"
+            "dbworker[DatabaseUnreachable]: cannot connect to postgresql://app:p@ss@w0rd@db.media.svc/app")
+    pods = [_pod("a", waiting="CrashLoopBackOff", code=3, message=tail),
+            _waiting("b", "CreateContainerConfigError", "bad env password=hunter2 mysql://u:x@y@db/app")]
+    status = conditions.status(_observed(deployment=_deployment(2), pods=pods))
+    events = conditions.events({}, status, [])
+    shown = repr(status) + repr(events)
+    assert events and events[0].type == "Warning"
+    for secret in ("hunter2", "p@ss", "ss@w0rd", "w0rd@db", "x@y"):
+        assert secret not in shown, secret
+    assert "postgresql://app:***@db.media.svc/app" in shown
+
+
+def test_status_fits_the_crds_condition_schema() -> None:
+    """metav1.Condition's required fields, lengths and patterns, for every condition the operator writes."""
+    import jsonschema
+    from dbworker_operator import crd
+
+    body = samples.with_spec(samples.full(), replicas=1, disruptionBudget={"minAvailable": 1})
+    parsed = spec.parse(body)
+    observed = conditions.observe(body, spec=parsed, capabilities=kinds.Capabilities(), problems=[
+        conditions.Problem("ApplyFailed", "x" * 40_000)], deployment=None, pods=(), backlog=3, now="2026-01-01T00:00:00Z")
+    status = conditions.status(observed)
+    assert {c["type"] for c in status["conditions"]} == {
+        "Degraded", "Ready", "Progressing", "AutoscalingActive", "PodMonitorActive", "DrainBlocked"}
+    jsonschema.Draft4Validator(crd.status_schema()).validate(status)
+    assert all(len(c["message"]) <= crd.CONDITION_MESSAGE_MAX for c in status["conditions"])
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft4Validator(crd.status_schema()).validate(
+            {"conditions": [{"type": "Ready", "status": "True"}]})
+
+
+def test_desired_replicas_is_what_keda_wants_while_it_scales() -> None:
+    body = samples.with_spec(samples.minimal(), replicas=2, autoscaling={"minReplicas": 1, "maxReplicas": 9})
+    parsed = spec.parse(body)
+    scaled = conditions.observe(body, spec=parsed, capabilities=kinds.Capabilities(keda=True), problems=(),
+                                deployment={"spec": {"replicas": 7}}, pods=(), backlog=None, now="now")
+    assert conditions.status(scaled)["desiredReplicas"] == 7
+    plain = conditions.observe(body, spec=parsed, capabilities=kinds.Capabilities(), problems=(),
+                               deployment={"spec": {"replicas": 7}}, pods=(), backlog=None, now="now")
+    assert conditions.status(plain)["desiredReplicas"] == 2
+
+
+@pytest.mark.parametrize(("budget", "desired", "allowed"), [
+    ({"minAvailable": 1}, 1, 0), ({"minAvailable": 1}, 3, 2), ({"minAvailable": "100%"}, 4, 0),
+    ({"minAvailable": "50%"}, 3, 1), ({"maxUnavailable": 0}, 3, 0), ({"maxUnavailable": "0%"}, 3, 0),
+    ({"maxUnavailable": "10%"}, 3, 1), ({"maxUnavailable": 1}, 1, 1), ({"minAvailable": 0}, 2, 2),
+])
+def test_evictions_allowed_as_the_disruption_controller_counts(budget: dict[str, Any], desired: int,
+                                                               allowed: int) -> None:
+    parsed = spec.parse(samples.with_spec(samples.minimal(), disruptionBudget=budget))
+    assert parsed.disruption_budget is not None
+    assert conditions.evictions_allowed(parsed.disruption_budget, desired) == allowed
+    assert (conditions.drain_blocked(parsed.disruption_budget, desired) is not None) is (allowed == 0)
+
+
+def test_a_budget_that_blocks_every_drain_is_a_condition_and_one_warning() -> None:
+    body = samples.with_spec(samples.minimal(), replicas=1, disruptionBudget={"minAvailable": 1})
+    observed = conditions.observe(body, spec=spec.parse(body), capabilities=kinds.Capabilities(), problems=(),
+                                  deployment=_deployment(1, replicas=1), pods=(), backlog=None, now="now")
+    status = conditions.status(observed)
+    blocked = next(c for c in status["conditions"] if c["type"] == "DrainBlocked")
+    assert (blocked["status"], blocked["reason"]) == ("True", "BudgetAllowsNoEviction")
+    assert "minAvailable 1 with 1 desired pod" in blocked["message"] and "maxUnavailable: 1" in blocked["message"]
+    assert _conds(status)["Ready"] == ("True", "AllPodsReady"), "the pods themselves are fine"
+    warnings = conditions.events({}, status, [])
+    assert [e.reason for e in warnings] == ["BudgetAllowsNoEviction"]
+    assert conditions.events(status, status, []) == []
+    wider = samples.with_spec(body, replicas=3)
+    observed = conditions.observe(wider, spec=spec.parse(wider), capabilities=kinds.Capabilities(), problems=(),
+                                  deployment=None, pods=(), backlog=None, now="now")
+    assert _conds(conditions.status(observed))["DrainBlocked"] == ("False", "EvictionsAllowed")
+
+
+def test_pod_monitor_condition_says_what_the_operator_cannot_see() -> None:
+    body = samples.with_spec(samples.minimal(), metrics={"podMonitor": True, "podMonitorLabels": {"release": "kps"}})
+    observed = conditions.observe(body, spec=spec.parse(body), capabilities=kinds.Capabilities(pod_monitors=True),
+                                  problems=(), deployment=None, pods=(), backlog=None, now="now")
+    monitor = next(c for c in conditions.status(observed)["conditions"] if c["type"] == "PodMonitorActive")
+    assert monitor["status"] == "True" and "release=kps" in monitor["message"]
+    assert "cannot see whether a Prometheus selects it" in monitor["message"]
+
+
+def test_a_missing_secret_or_key_is_read_from_the_pods_when_secrets_are_not_readable() -> None:
+    """The kubelet's CreateContainerConfigError texts give the same reasons the Secret check would."""
+    ref = spec.SecretRef("imgdedup-db", "url")
+    gone = _waiting("a", "CreateContainerConfigError", 'secret "imgdedup-db" not found')
+    [problem] = conditions.pod_problems([gone], image="i", secret=ref, namespace="apps")
+    assert problem == conditions.secret_not_found(ref, "apps")
+    keyless = _waiting("a", "CreateContainerConfigError", "couldn't find key url in Secret apps/imgdedup-db")
+    [problem] = conditions.pod_problems([keyless], image="i", secret=ref, namespace="apps")
+    assert problem.reason == "SecretKeyMissing" and "spec.database.urlSecretRef.key" in problem.message
+    other = _waiting("a", "CreateContainerConfigError", 'secret "user-env" not found')  # an envFrom of the user's
+    [problem] = conditions.pod_problems([other], image="i", secret=ref, namespace="apps")
+    assert problem.reason == "ContainerConfigError" and "runAsUser" in problem.message
+
+
+def test_server_version_decides_version_gated_fields() -> None:
+    assert kinds.parse_server_version({"major": "1", "minor": "27+"}) == (1, 27)
+    assert kinds.parse_server_version({"gitVersion": "v1.30"}) is None
+    assert kinds.parse_server_version(None) is None
+    assert not kinds.Capabilities().unhealthy_pod_eviction_policy
+    assert not kinds.Capabilities(server_version=(1, 26)).unhealthy_pod_eviction_policy
+    assert kinds.Capabilities(server_version=(1, 27)).unhealthy_pod_eviction_policy
+
+
+def test_config_of_secret_reads_pod_monitor_labels_and_deletion_cost() -> None:
+    cfg = config.from_env({})
+    assert cfg.secret_namespaces == () and not cfg.may_read_secrets("apps"), "no Secret is read by default"
+    assert cfg.pod_monitor_labels == {} and cfg.deletion_cost is True
+    cfg = config.from_env({"DBWORKER_OPERATOR_SECRET_NAMESPACES": "apps, media",
+                           "DBWORKER_OPERATOR_POD_MONITOR_LABELS": "release=kube-prometheus-stack,team=ops",
+                           "DBWORKER_OPERATOR_DELETION_COST": "false"})
+    assert cfg.may_read_secrets("media") and not cfg.may_read_secrets("other")
+    assert cfg.pod_monitor_labels == {"release": "kube-prometheus-stack", "team": "ops"}
+    assert cfg.deletion_cost is False
+    assert config.from_env({"DBWORKER_OPERATOR_SECRET_NAMESPACES": "*"}).may_read_secrets("any")
+    for env, name in [({"DBWORKER_OPERATOR_POD_MONITOR_LABELS": "release"}, "DBWORKER_OPERATOR_POD_MONITOR_LABELS"),
+                      ({"DBWORKER_OPERATOR_POD_MONITOR_LABELS": "a=b c"}, "DBWORKER_OPERATOR_POD_MONITOR_LABELS"),
+                      ({"DBWORKER_OPERATOR_DELETION_COST": "maybe"}, "DBWORKER_OPERATOR_DELETION_COST")]:
+        with pytest.raises(config.ConfigError, match=name):
+            config.from_env(env)

@@ -50,15 +50,24 @@ def dbworker_env(spec: WorkerSpec) -> list[dict[str, Any]]:
     return env
 
 
-def container_security_context() -> dict[str, Any]:
+def container_security_context(spec: WorkerSpec | None = None) -> dict[str, Any]:
+    """The hardened container context, plus the fields the spec may set (crd.py lists them:
+    user, group, seccomp profile). What `restricted` requires is never the spec's to change."""
     return {
+        **(spec.container_security_context if spec else {}),
         "runAsNonRoot": True,
         "allowPrivilegeEscalation": False,
         "readOnlyRootFilesystem": True,
         "privileged": False,
         "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
+        **({"seccompProfile": {"type": "RuntimeDefault"}}
+           if not spec or "seccompProfile" not in spec.container_security_context else {}),
     }
+
+
+def pod_security_context(spec: WorkerSpec) -> dict[str, Any]:
+    """runAsNonRoot and seccomp RuntimeDefault, plus the spec's user, groups and profile."""
+    return {"seccompProfile": {"type": "RuntimeDefault"}, **spec.pod_security_context, "runAsNonRoot": True}
 
 
 def _container(spec: WorkerSpec, name: str, command: list[str]) -> dict[str, Any]:
@@ -68,7 +77,7 @@ def _container(spec: WorkerSpec, name: str, command: list[str]) -> dict[str, Any
         # Exec form, no shell: signals reach dbworker directly and nothing is interpolated.
         "command": command,
         "env": dbworker_env(spec),
-        "securityContext": container_security_context(),
+        "securityContext": container_security_context(spec),
         # dbworker writes its one-line error to /dev/termination-log on exit 2/3; fall back to logs.
         "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -101,31 +110,32 @@ def pod_labels(spec: WorkerSpec) -> dict[str, str]:
     return {**spec.pod_labels, **labels.common(spec.name)}
 
 
-def pod_annotations(spec: WorkerSpec) -> dict[str, str]:
-    # Plain-Prometheus discovery hints; the user's annotations win.
-    return {
+def pod_annotations(spec: WorkerSpec, *, pod_monitor: bool = False) -> dict[str, str]:
+    """Plain-Prometheus discovery hints, unless a PodMonitor scrapes the pods (a Prometheus
+    honouring both would scrape each pod twice); the user's annotations win."""
+    hints = {} if pod_monitor else {
         "prometheus.io/scrape": "true",
         "prometheus.io/port": str(spec.metrics_port),
         "prometheus.io/path": "/metrics",
-        **spec.pod_annotations,
     }
+    return {**hints, **spec.pod_annotations}
 
 
 def pod_spec(spec: WorkerSpec) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "terminationGracePeriodSeconds": spec.drain_seconds + GRACE_MARGIN_SECONDS,
-        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": pod_security_context(spec),
         "containers": [worker_container(spec)],
-        "volumes": [{"name": TMP_VOLUME, "emptyDir": {}}],
+        # Bounded: a runaway handler filling /tmp gets its pod evicted, not the node's disk full.
+        "volumes": [{"name": TMP_VOLUME, "emptyDir": {"sizeLimit": spec.tmp_size_limit}}],
         "enableServiceLinks": False,
+        # Workers talk to their database, not to Kubernetes: no API token unless the spec asks.
+        "automountServiceAccountToken": spec.automount_service_account_token,
     }
     if spec.migrate:
         pod["initContainers"] = [_container(spec, MIGRATE_CONTAINER, ["dbworker", "migrate", spec.app])]
     if spec.service_account_name:
         pod["serviceAccountName"] = spec.service_account_name
-    else:
-        # Workers talk to their database, not to Kubernetes: no API token in the pod.
-        pod["automountServiceAccountToken"] = False
     if spec.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": name} for name in spec.image_pull_secrets]
     if spec.node_selector:
@@ -137,8 +147,9 @@ def pod_spec(spec: WorkerSpec) -> dict[str, Any]:
     return pod
 
 
-def build(spec: WorkerSpec, *, replicas: int | None) -> dict[str, Any]:
-    """The Deployment for ``spec``; ``replicas=None`` leaves the count to an autoscaler."""
+def build(spec: WorkerSpec, *, replicas: int | None, pod_monitor: bool = False) -> dict[str, Any]:
+    """The Deployment for ``spec``; ``replicas=None`` leaves the count to an autoscaler;
+    ``pod_monitor`` says a PodMonitor scrapes the pods (so no prometheus.io hints)."""
     deployment: dict[str, Any] = {
         "apiVersion": kinds.DEPLOYMENT.api_version,
         "kind": kinds.DEPLOYMENT.kind,
@@ -149,7 +160,7 @@ def build(spec: WorkerSpec, *, replicas: int | None) -> dict[str, Any]:
             # Start the new pod before stopping an old one: capacity never dips during a rollout.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
-                "metadata": {"labels": pod_labels(spec), "annotations": pod_annotations(spec)},
+                "metadata": {"labels": pod_labels(spec), "annotations": pod_annotations(spec, pod_monitor=pod_monitor)},
                 "spec": pod_spec(spec),
             },
         },

@@ -1,6 +1,9 @@
 """The PodMonitor that has the Prometheus Operator scrape a Worker's pods.
 
-Pure. Scrapes the named ``metrics`` port at /metrics; the pods' own labels stay the selector.
+Pure. Scrapes the named ``metrics`` port at /metrics; the pods' own labels stay the selector
+and are carried into the series (``podTargetLabels``), so KEDA's query (autoscaling.py) can
+pick the Worker's pods by label. Its own labels are what a Prometheus's ``podMonitorSelector``
+reads (kube-prometheus-stack selects ``release: <its release>`` by default).
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ def build(spec: WorkerSpec) -> dict[str, Any] | None:
     return {
         "apiVersion": kinds.POD_MONITOR.api_version,
         "kind": kinds.POD_MONITOR.kind,
-        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": labels.common(spec.name)},
+        "metadata": {"name": spec.name, "namespace": spec.namespace,
+                     "labels": {**spec.pod_monitor_labels, **labels.common(spec.name)}},
         "spec": {
             "selector": {"matchLabels": labels.selector(spec.name)},
+            "podTargetLabels": sorted(labels.selector(spec.name)),
             "podMetricsEndpoints": [{"port": METRICS_PORT_NAME, "path": "/metrics", "interval": "30s"}],
         },
     }

@@ -20,6 +20,11 @@ def scaled_by_keda(spec: WorkerSpec, capabilities: kinds.Capabilities) -> bool:
     return spec.autoscaling is not None and capabilities.keda
 
 
+def monitored(spec: WorkerSpec, capabilities: kinds.Capabilities) -> bool:
+    """Whether a PodMonitor scrapes the Worker's pods."""
+    return spec.pod_monitor and capabilities.pod_monitors
+
+
 def desired(spec: WorkerSpec, capabilities: kinds.Capabilities) -> dict[kinds.Kind, dict[str, Any] | None]:
     """Kind -> wanted manifest (None: should not exist) for every kind the cluster serves.
 
@@ -28,8 +33,8 @@ def desired(spec: WorkerSpec, capabilities: kinds.Capabilities) -> dict[kinds.Ki
     """
     replicas = None if scaled_by_keda(spec, capabilities) else spec.replicas
     wanted: dict[kinds.Kind, dict[str, Any] | None] = {
-        kinds.DEPLOYMENT: deployment.build(spec, replicas=replicas),
-        kinds.PDB: disruption.build(spec),
+        kinds.DEPLOYMENT: deployment.build(spec, replicas=replicas, pod_monitor=monitored(spec, capabilities)),
+        kinds.PDB: disruption.build(spec, capabilities),
         kinds.SCALED_OBJECT: autoscaling.build(spec),
         kinds.POD_MONITOR: monitoring.build(spec),
     }
