@@ -5,6 +5,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OPERATOR_PYPROJECT := $(wildcard operator/pyproject.toml)
+# checkov (tests/chart/test_checkov.py) gets an environment of its own: its pinned dependencies
+# (packaging<24) conflict with pytest's, so it cannot join the dev extras.
+CHECKOV_VENV := $(VENV)/tools/checkov
+CHECKOV := $(CHECKOV_VENV)/bin/checkov
+CHECKOV_VERSION := 3.3.30
 
 .PHONY: demo test lint bench crd clean
 
@@ -15,10 +20,14 @@ $(STAMP): pyproject.toml $(OPERATOR_PYPROJECT)
 	if [ -f operator/pyproject.toml ]; then $(PY) -m pip install --quiet -e ./operator; fi
 	touch $(STAMP)
 
+$(CHECKOV):
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet checkov==$(CHECKOV_VERSION)
+
 demo: $(STAMP)
 	$(PY) -m examples.imagededup.demo
 
-test: $(STAMP)
+test: $(STAMP) $(CHECKOV)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -98,6 +98,12 @@ def test_operator_accepts_the_environment_the_chart_sets(chart: helm.Chart, valu
         assert parsed.log_level == "DEBUG"
 
 
+def test_the_image_can_be_named_by_digest(chart: helm.Chart) -> None:
+    digest = "sha256:" + "a" * 64
+    [deployment] = by_kind(objects(chart, {"image": {"repository": "r.example/op", "digest": digest}}), "Deployment")
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == f"r.example/op@{digest}"
+
+
 def test_container_is_hardened(chart: helm.Chart) -> None:
     [deployment] = by_kind(objects(chart), "Deployment")
     pod = deployment["spec"]["template"]["spec"]
@@ -133,7 +139,7 @@ def test_every_option_on_renders_each_optional_object(chart: helm.Chart) -> None
         "ClusterRoleBinding": 1,
         "ValidatingAdmissionPolicy": 1,
         "ValidatingAdmissionPolicyBinding": 1,
-        "NetworkPolicy": 2,
+        "NetworkPolicy": 3,  # the operator's own, and one per namespace of Workers
         "KopfPeering": 2,
         "ServiceMonitor": 1,
         "PrometheusRule": 1,
@@ -265,10 +271,13 @@ def test_the_admission_policy_binds_the_operators_service_account(chart: helm.Ch
 
 def test_network_policies_let_exactly_the_operator_scrape_the_workers(chart: helm.Chart) -> None:
     objs = objects(chart, all_on())
-    policies = by_kind(objs, "NetworkPolicy")
-    assert sorted(p["metadata"]["namespace"] for p in policies) == sorted(["shop", NAMESPACE])  # watched ones
     [deployment] = by_kind(objs, "Deployment")
     operator_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    [own] = [p for p in by_kind(objs, "NetworkPolicy") if p["metadata"]["name"] == f"{RELEASE}-dbworker-operator"]
+    assert own["spec"]["podSelector"]["matchLabels"].items() <= operator_labels.items()
+    assert own["spec"]["ingress"] == [{"ports": [{"protocol": "TCP", "port": 9090}, {"protocol": "TCP", "port": 8080}]}]
+    policies = [p for p in by_kind(objs, "NetworkPolicy") if p is not own]
+    assert sorted(p["metadata"]["namespace"] for p in policies) == sorted(["shop", NAMESPACE])  # watched ones
     for policy in policies:
         spec_ = policy["spec"]
         assert spec_["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "dbworker",

@@ -89,15 +89,12 @@ def test_every_secret_reference_resolves() -> None:
     (secret,) = (d for d in documents() if d["kind"] == "Secret")
     keys = set(secret.get("stringData", {})) | set(secret.get("data", {}))
     refs = [w["spec"]["database"]["urlSecretRef"] for w in workers()]
-    api = next(
-        d
-        for d in documents()
-        if d["kind"] == "Deployment" and d["metadata"]["name"] == "imagededup-api"
-    )
-    for container in api["spec"]["template"]["spec"]["containers"]:
-        refs += [
-            e["valueFrom"]["secretKeyRef"] for e in container.get("env", []) if "valueFrom" in e
-        ]
+    for _, pod in _pods():
+        for container in pod["containers"]:
+            refs += [e["valueFrom"]["secretKeyRef"] for e in container.get("env", [])
+                     if "secretKeyRef" in e.get("valueFrom", {})]
+        refs += [{"name": v["secret"]["secretName"], "key": item["key"]}
+                 for v in pod.get("volumes", []) if "secret" in v for item in v["secret"].get("items", [])]
     assert refs and all(
         ref["name"] == secret["metadata"]["name"] and ref["key"] in keys for ref in refs
     )
@@ -114,10 +111,67 @@ def test_the_operator_builds_a_valid_deployment(worker: dict[str, Any]) -> None:
     assert container["command"][:3] == ["dbworker", "run", "examples.imagededup.app:coordinator"]
 
 
-def test_the_dockerfile_copies_what_exists() -> None:
+def test_the_image_never_holds_the_manifests() -> None:
+    """deploy/ (its Secret included) is applied with kubectl, never copied into the image; the
+    build context itself is checked in tests/k8s/test_image.py."""
     dockerfile = (DEPLOY / "Dockerfile").read_text()
-    sources = re.findall(r"^COPY\s+(.+?)\s+\S+$", dockerfile, flags=re.MULTILINE)
+    sources = [word for line in re.findall(r"^COPY\s+(.+?)\s+\S+$", dockerfile, flags=re.MULTILINE)
+               for word in line.split()]
     assert sources
-    for line in sources:
-        for source in line.split():
-            assert (ROOT / source).exists(), f"Dockerfile copies {source}, which does not exist"
+    for source in sources:
+        assert sorted(ROOT.glob(source)), f"Dockerfile copies {source}, which does not exist"
+        assert not any(DEPLOY in (p, *p.parents) for p in ROOT.glob(source)), f"{source} copies deploy/"
+
+
+def _pods() -> list[tuple[str, dict[str, Any]]]:
+    from tests.k8s import restricted
+
+    return list(restricted.pod_specs(documents()))
+
+
+def test_the_namespace_enforces_the_restricted_pod_security_standard() -> None:
+    (namespace,) = (d for d in documents() if d["kind"] == "Namespace")
+    labels = namespace["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert labels["pod-security.kubernetes.io/warn"] == labels["pod-security.kubernetes.io/audit"] == "restricted"
+
+
+@pytest.mark.parametrize(("name", "pod"), _pods(), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_pod_passes_restricted_and_keeps_passwords_out_of_its_environment(name: str,
+                                                                                pod: dict[str, Any]) -> None:
+    from tests.k8s import restricted
+
+    assert restricted.violations(pod) == [], name
+    for container in [*pod["containers"], *pod.get("initContainers", [])]:
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True, name
+        for env in container.get("env", []):
+            assert not (env["name"].endswith("PASSWORD") and "value" in env), f"{name}: {env['name']} in plain text"
+    assert pod.get("automountServiceAccountToken") is False, f"{name} mounts an API token it never uses"
+    assert all(v.get("emptyDir", {}).get("sizeLimit") for v in pod.get("volumes", []) if "emptyDir" in v), name
+
+
+def test_the_workers_pods_pass_restricted_too() -> None:
+    """The operator builds the Worker pods; the namespace's enforce label must admit them."""
+    spec_module = pytest.importorskip("dbworker_operator.spec")
+    deployment = pytest.importorskip("dbworker_operator.builders.deployment")
+    from tests.k8s import restricted
+
+    for worker in workers():
+        built = deployment.build(spec_module.parse(worker), replicas=1)
+        assert restricted.violations(built["spec"]["template"]["spec"]) == [], worker["metadata"]["name"]
+
+
+def test_a_network_policy_lets_the_operator_scrape_the_workers() -> None:
+    """A default-deny namespace still lets the operator read port 9100 (backlog, deletion cost)."""
+    policies = [d for d in documents() if d["kind"] == "NetworkPolicy"]
+    assert any(p["spec"]["podSelector"] == {} and p["spec"]["policyTypes"] == ["Ingress"] and
+               "ingress" not in p["spec"] for p in policies), "a default deny"
+    ports = {w["spec"].get("metrics", {}).get("port", 9100) for w in workers()}
+    scrape = [p for p in policies if p["spec"]["podSelector"].get("matchLabels", {}).get("app.kubernetes.io/name")
+              == "dbworker"]
+    assert scrape
+    allowed = {port["port"] for p in scrape for rule in p["spec"]["ingress"] for port in rule["ports"]}
+    peers = [peer for p in scrape for rule in p["spec"]["ingress"] for peer in rule["from"]]
+    assert ports <= allowed
+    assert any(peer.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/name") ==
+               "dbworker-operator" for peer in peers)

@@ -56,7 +56,11 @@ app.kubernetes.io/component: operator
 {{- end }}
 
 {{- define "dbworker-operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
 {{- end }}
 
 {{- define "dbworker-operator.peeringName" -}}
