@@ -1,8 +1,9 @@
 """The apiVersion, kind and plural of the Worker and of every object a Worker owns.
 
-Data only, imported by everything that names a kind: the CRD (crd.py), the RBAC rules
-(install.py), the builders, the API client (kube.py) and the handlers. ``Capabilities`` says
-which optional kinds (add-ons' CRDs) a cluster serves.
+Data only (and the reading of the server's /version), imported by everything that names a
+kind: the CRD (crd.py), the RBAC rules (install.py), the builders, the API client (kube.py)
+and the handlers. ``Capabilities`` says which optional kinds (add-ons' CRDs) and which
+version-gated fields a cluster serves.
 """
 
 from __future__ import annotations

@@ -381,8 +381,20 @@ def test_notes_say_what_to_apply_next(chart: helm.Chart) -> None:
 
 
 @pytest.mark.parametrize("values", [None, ALL_ON], ids=["defaults", "all-on"])
-def test_lint_strict_passes(values: dict[str, Any] | None) -> None:
-    report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE)
+def test_every_pod_passes_the_restricted_pod_security_standard(chart: helm.Chart, values: dict[str, Any] | None) -> None:
+    from tests.k8s import restricted
+
+    pods = list(restricted.pod_specs(objects(chart, values)))
+    assert {name.split("/")[0] for name, _ in pods} == {"Deployment", "Pod"}
+    for name, pod in pods:
+        assert restricted.violations(pod) == [], name
+
+
+@pytest.mark.parametrize("kube_version", [None, "v1.25.0", "v1.29.0"], ids=["helm", "1.25", "1.29"])
+@pytest.mark.parametrize("values", [None, ALL_ON], ids=["defaults", "all-on"])
+def test_lint_strict_passes(values: dict[str, Any] | None, kube_version: str | None) -> None:
+    """Strict, for the oldest Kubernetes Chart.yaml admits and one without admission policies."""
+    report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE, kube_version=kube_version)
     problems = [m for m in report["messages"] if m["severity"] >= 2]
     assert not report["errors"] and not problems, report
 

@@ -8,7 +8,7 @@ alone decides and every restricted rule (kubernetes.io/docs/concepts/security/po
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
@@ -75,12 +75,12 @@ def violations(pod: Mapping[str, Any]) -> list[str]:
     return found
 
 
-def pod_specs(manifests: list[Mapping[str, Any]]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+def pod_specs(manifests: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(kind/name, pod spec) of every pod and pod template among ``manifests``."""
     for obj in manifests:
         name = f"{obj.get('kind')}/{(obj.get('metadata') or {}).get('name')}"
         if obj.get("kind") == "Pod":
-            yield name, obj.get("spec") or {}
+            yield name, dict(obj.get("spec") or {})
         template = ((obj.get("spec") or {}).get("template") or {}).get("spec")
         if template is not None:
-            yield name, template
+            yield name, dict(template)
