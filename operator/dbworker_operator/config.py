@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from dbworker_operator import crd
+from dbworker_operator import spec
 
 
 class ConfigError(ValueError):
@@ -77,8 +76,7 @@ def _label_pairs(env: Mapping[str, str], name: str) -> dict[str, str]:
     for pair in _names(env, name):
         key, sep, value = pair.partition("=")
         key, value = key.strip(), value.strip()
-        if not sep or not re.match(crd.LABEL_KEY_PATTERN, key) or not re.match(crd.LABEL_VALUE_PATTERN, value) \
-                or len(value) > 63:
+        if not sep or not spec.valid_label_key(key) or not spec.valid_label_value(value):
             raise ConfigError(f"{name}: {pair!r} is not a label; write key=value pairs separated by commas, "
                               "e.g. release=kube-prometheus-stack")
         labels[key] = value
@@ -88,7 +86,7 @@ def _label_pairs(env: Mapping[str, str], name: str) -> dict[str, str]:
 def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
     """Parse the operator's environment. Raises ``ConfigError`` naming the bad variable."""
     env = os.environ if env is None else env
-    namespaces = tuple(ns.strip() for ns in env.get("DBWORKER_OPERATOR_NAMESPACES", "").split(",") if ns.strip())
+    namespaces = _names(env, "DBWORKER_OPERATOR_NAMESPACES")
     level = env.get("DBWORKER_OPERATOR_LOG_LEVEL", "INFO").strip().upper() or "INFO"
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
         raise ConfigError(f"DBWORKER_OPERATOR_LOG_LEVEL={level!r}; use DEBUG, INFO, WARNING or ERROR")

@@ -147,12 +147,20 @@ def _worker_name(value: Any, path: str) -> str:
     return value
 
 
+def valid_label_key(key: str) -> bool:
+    return len(key) <= 316 and re.match(crd.LABEL_KEY_PATTERN, key) is not None
+
+
+def valid_label_value(value: str) -> bool:
+    return len(value) <= 63 and re.match(crd.LABEL_VALUE_PATTERN, value) is not None
+
+
 def _labels(spec: Mapping[str, Any], path: str) -> dict[str, str]:
     labels = _string_map(spec, path)
     for key, value in labels.items():
-        if len(key) > 316 or not re.match(crd.LABEL_KEY_PATTERN, key):
+        if not valid_label_key(key):
             raise SpecError(f"spec.{path}: {key!r} is not a label key; use [prefix/]name, e.g. release")
-        if len(value) > 63 or not re.match(crd.LABEL_VALUE_PATTERN, value):
+        if not valid_label_value(value):
             raise SpecError(f"spec.{path}.{key}: {value!r} is not a label value (at most 63 letters, digits, -_.)")
     return labels
 

@@ -50,18 +50,17 @@ def dbworker_env(spec: WorkerSpec) -> list[dict[str, Any]]:
     return env
 
 
-def container_security_context(spec: WorkerSpec | None = None) -> dict[str, Any]:
-    """The hardened container context, plus the fields the spec may set (crd.py lists them:
+def container_security_context(spec: WorkerSpec) -> dict[str, Any]:
+    """The hardened container context, with the fields the spec may set (crd.py lists them:
     user, group, seccomp profile). What `restricted` requires is never the spec's to change."""
     return {
-        **(spec.container_security_context if spec else {}),
+        "seccompProfile": {"type": "RuntimeDefault"},
+        **spec.container_security_context,
         "runAsNonRoot": True,
         "allowPrivilegeEscalation": False,
         "readOnlyRootFilesystem": True,
         "privileged": False,
         "capabilities": {"drop": ["ALL"]},
-        **({"seccompProfile": {"type": "RuntimeDefault"}}
-           if not spec or "seccompProfile" not in spec.container_security_context else {}),
     }
 
 
