@@ -373,8 +373,11 @@ def test_dashboards_and_rules_are_the_repository_files(chart: helm.Chart) -> Non
 def test_notes_say_what_to_apply_next(chart: helm.Chart) -> None:
     text = notes(chart)
     assert "kind: Worker" in text and "urlSecretRef" in text and f"helm test {RELEASE}" in text
+    assert "reads no Secret" in text and "only the pod-deletion-cost annotation" in text
     text = notes(chart, all_on())
     assert "shop/shop" in text and f"{NAMESPACE}/mail" in text
+    assert "may read Secrets in: shop" in text
+    assert "never changes a pod" in notes(chart, {"deletionCost": {"enabled": False}})
 
 
 # --- lint and schema -------------------------------------------------------------------------
