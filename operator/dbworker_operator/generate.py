@@ -32,15 +32,23 @@ HELM_ONLY_LABELS = ("helm.sh/chart",)
 
 
 class _PlainDumper(yaml.SafeDumper):
-    """Never writes YAML anchors/aliases: the files are read by people and by Helm templates."""
+    """Never writes YAML anchors/aliases: the files are read by people and by Helm templates.
+    A string of several lines (a long CEL expression) is written as a literal block."""
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
 
 
+def _string(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None)
+
+
+_PlainDumper.add_representer(str, _string)
+
+
 def dump(documents: list[Any], header: str = HEADER) -> str:
     """``documents`` as one YAML stream under the generated-file header."""
-    body = "---\n".join(yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False, width=120) for doc in documents)
+    body = "---\n".join(yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False, width=90) for doc in documents)
     return header + body
 
 

@@ -83,27 +83,37 @@ def pod_patch_policy() -> dict[str, Any]:
     The chart adds the match constraints and the condition naming its ServiceAccount.
     """
     cost = labels.DELETION_COST
+    new, old = "object.metadata", "oldObject.metadata"
+
+    def lines(*parts: str) -> str:
+        # One expression over several lines (CEL ignores the breaks), for people reading the policy.
+        return "\n".join(parts)
 
     def same(field: str) -> str:
         # has() on both sides, no literals: the expressions type-check against the Pod schema as they are.
-        return (f"has(object.metadata.{field}) == has(oldObject.metadata.{field}) && "
-                f"(!has(object.metadata.{field}) || object.metadata.{field} == oldObject.metadata.{field})")
+        return lines(f"has({new}.{field}) == has({old}.{field})",
+                     f"&& (!has({new}.{field})", f"    || {new}.{field} == {old}.{field})")
 
-    new, old = "object.metadata.annotations", "oldObject.metadata.annotations"
     return {
         "validations": [
             {"expression": "object.spec == oldObject.spec",
              "message": "the dbworker operator may not change a pod's spec", "reason": "Forbidden"},
             {"expression": same("labels"),
              "message": "the dbworker operator may not change a pod's labels", "reason": "Forbidden"},
-            {"expression": f"({same('finalizers')}) && ({same('ownerReferences')})",
+            {"expression": lines(f"({same('finalizers')})", f"&& ({same('ownerReferences')})"),
              "message": "the dbworker operator may not change a pod's finalizers or owner references",
              "reason": "Forbidden"},
-            {"expression": f"(!has({new}) || {new}.all(k, k == '{cost}' || (has({old}) && k in {old} && "
-                           f"{old}[k] == {new}[k]))) && "
-                           f"(!has({old}) || {old}.all(k, k == '{cost}' || (has({new}) && k in {new})))",
+            # Added or changed annotations, then removed ones: only the cost may differ.
+            {"expression": lines(f"(!has({new}.annotations) || {new}.annotations.all(k,",
+                                 f"  k == '{cost}'",
+                                 f"  || (has({old}.annotations) && k in {old}.annotations",
+                                 f"      && {old}.annotations[k] == {new}.annotations[k])))",
+                                 f"&& (!has({old}.annotations) || {old}.annotations.all(k,",
+                                 f"  k == '{cost}'",
+                                 f"  || (has({new}.annotations) && k in {new}.annotations)))"),
              "message": f"the dbworker operator may change no pod annotation but {cost}", "reason": "Forbidden"},
-            {"expression": f"!has({new}) || !('{cost}' in {new}) || {new}['{cost}'].matches('^-?[0-9]+$')",
+            {"expression": lines(f"!has({new}.annotations)", f"|| !('{cost}' in {new}.annotations)",
+                                 f"|| {new}.annotations['{cost}'].matches('^-?[0-9]+$')"),
              "message": f"{cost} must be an integer", "reason": "Invalid"},
         ],
     }
