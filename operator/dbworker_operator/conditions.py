@@ -114,16 +114,16 @@ def secret_not_found(ref: SecretRef, namespace: str) -> Problem:
 
 
 def secret_key_missing(ref: SecretRef) -> Problem:
-    return Problem(
-        "SecretKeyMissing",
-        f"Secret {ref.name!r} has no key {ref.key!r}: add the database URL under that key or fix {_SECRET_REF}.key")
+    return Problem("SecretKeyMissing", f"Secret {ref.name!r} has no key {ref.key!r}: add the database URL "
+                                       f"under that key or fix {_SECRET_REF}.key")
 
 
 def secret_problem(spec: WorkerSpec, secret: Mapping[str, Any] | None) -> Problem | None:
     """What is wrong with the database Secret as read (None: it does not exist), or None."""
     if secret is None:
         return secret_not_found(spec.secret, spec.namespace)
-    if spec.secret.key not in (secret.get("data") or {}) and spec.secret.key not in (secret.get("stringData") or {}):
+    keys = {*(secret.get("data") or {}), *(secret.get("stringData") or {})}
+    if spec.secret.key not in keys:
         return secret_key_missing(spec.secret)
     return None
 
@@ -391,8 +391,8 @@ def _autoscaling_active(observed: Observed) -> str:
 
 def _pod_monitor_applied(observed: Observed) -> str:
     shown = ",".join(f"{k}={v}" for k, v in sorted(observed.monitoring_labels.items()))
-    return (f"PodMonitor applied with labels {shown or 'none but the app.kubernetes.io/* ones'}; the operator cannot see whether a Prometheus selects it: "
-            "its podMonitorSelector must match these labels (kube-prometheus-stack selects release=<its "
+    return (f"PodMonitor applied with labels {shown or 'none but the app.kubernetes.io/* ones'}; "
+            "the operator cannot see whether a Prometheus selects it: its podMonitorSelector must match these labels (kube-prometheus-stack selects release=<its "
             "release>: set spec.metrics.podMonitorLabels or the chart's podMonitor.labels) and its "
             "podMonitorNamespaceSelector this namespace")
 

@@ -159,7 +159,8 @@ def build(spec: WorkerSpec, *, replicas: int | None, pod_monitor: bool = False) 
             # Start the new pod before stopping an old one: capacity never dips during a rollout.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
-                "metadata": {"labels": pod_labels(spec), "annotations": pod_annotations(spec, pod_monitor=pod_monitor)},
+                "metadata": {"labels": pod_labels(spec),
+                             "annotations": pod_annotations(spec, pod_monitor=pod_monitor)},
                 "spec": pod_spec(spec),
             },
         },
