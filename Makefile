@@ -11,7 +11,7 @@ CHECKOV_VENV := $(VENV)/tools/checkov
 CHECKOV := $(CHECKOV_VENV)/bin/checkov
 CHECKOV_VERSION := 3.3.30
 
-.PHONY: demo test lint bench crd clean
+.PHONY: demo test test-pooler lint bench crd clean
 
 $(STAMP): pyproject.toml $(OPERATOR_PYPROJECT)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,14 @@ demo: $(STAMP)
 
 test: $(STAMP) $(CHECKOV)
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) test-pooler
+
+# The PostgreSQL integration and chaos tests again, coordinators and handler processes through
+# PgBouncer in transaction mode (tests/pooler.py; Debian's pgbouncer). test_outage restarts the
+# server itself and test_pooler brings its own PgBouncer: both run in the first pass only.
+POOLER_TESTS ?= tests/integration tests/chaos --ignore=tests/integration/test_pooler.py --ignore=tests/chaos/test_outage.py
+test-pooler: $(STAMP)
+	DBWORKER_TEST_POOLER=pgbouncer $(PY) -m pytest -k postgresql $(POOLER_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dbworker operator tests benchmarks examples

@@ -1,17 +1,24 @@
-"""The application dbworker's benchmark pods run: two tables and three registered workers.
+"""The application dbworker's benchmark pods run: its tables and registered workers.
 
-`bench_item` rows are the work (one row, one item); `bench_out` receives the write
-workload's one row per item. Handlers are module-level so they pickle to dbworker's handler
-processes. Only SPEC's public API is used; the adapter (sys_dbworker.py) starts the pods.
+`bench_item` rows are the work (one row, one item) of `noop`, `write`, `latency` and
+`again`; `bench_out` receives the write workload's one row per item. Issue 15's two pick-up
+cases have tables of their own: `bench_gate` rows are the `enable` worker's, eligible only
+once `ready` is true (a row enabled behind the sweep's cursor); `bench_dep` rows go through
+`dep_first`, then `dep_second`, whose `eligible` waits for `dep_first`'s FINISHED through
+`coordinator.has_execution_status(...)` (a dependent item). Handlers are module-level so
+they pickle to dbworker's handler processes. Only SPEC's public API is used; the adapter
+(sys_dbworker.py) starts the pods.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Integer, create_engine, select
+from typing import Any
+
+from sqlalchemy import BigInteger, Boolean, Integer, create_engine, select, true
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from benchmarks import probe
-from dbworker import Coordinator, Finished, Outcome, Unfinished
+from dbworker import Coordinator, ExecutionStatus, Finished, Outcome, Unfinished
 
 
 class Base(DeclarativeBase):
@@ -32,6 +39,23 @@ class BenchOut(Base):
         BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
     )
     item_id: Mapped[int] = mapped_column(BigInteger)
+
+
+class BenchGate(Base):
+    """A row of the `enable` worker: claimable once `ready` (an UPDATE sets it)."""
+
+    __tablename__ = "bench_gate"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    ready: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=true())
+
+
+class BenchDep(Base):
+    """A row of `dep_first`, then of `dep_second` (which waits for `dep_first`'s FINISHED)."""
+
+    __tablename__ = "bench_dep"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
 
 
 def noop(source: BenchItem, session: Session) -> Outcome:
@@ -56,7 +80,25 @@ def again(source: BenchItem, session: Session) -> Outcome:
     return Finished()
 
 
+def enable(source: BenchGate, session: Session) -> Outcome:
+    probe.handler_started(source.id)
+    return Finished()
+
+
+def dep_first(source: BenchDep, session: Session) -> Outcome:
+    # Its last act before the outcome's commit: the dependent's wait is timed from here.
+    probe.handler_finished(source.id)
+    return Finished()
+
+
+def dep_second(source: BenchDep, session: Session) -> Outcome:
+    probe.handler_started(source.id)
+    return Finished()
+
+
 HANDLERS = {"noop": noop, "write": write, "latency": latency, "again": again}
+# The pod's worker names per benchmark kind (default: the kind itself).
+POD_WORKERS = {"dependent": ["dep_first", "dep_second"]}
 
 
 def build_coordinator(url: str, *, concurrency: int) -> Coordinator:
@@ -67,4 +109,24 @@ def build_coordinator(url: str, *, concurrency: int) -> Coordinator:
         coordinator.transactional_worker(name=name, source=BenchItem, concurrency=concurrency)(
             handler
         )
+
+    def gate_ready() -> Any:
+        return select(BenchGate).where(BenchGate.ready)
+
+    def first_finished() -> Any:
+        return select(BenchDep).where(
+            coordinator.has_execution_status(
+                worker="dep_first", source_id=BenchDep.id, statuses=[ExecutionStatus.FINISHED]
+            )
+        )
+
+    coordinator.transactional_worker(
+        name="enable", source=BenchGate, eligible=gate_ready, concurrency=concurrency
+    )(enable)
+    coordinator.transactional_worker(name="dep_first", source=BenchDep, concurrency=concurrency)(
+        dep_first
+    )
+    coordinator.transactional_worker(
+        name="dep_second", source=BenchDep, eligible=first_finished, concurrency=concurrency
+    )(dep_second)
     return coordinator

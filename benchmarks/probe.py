@@ -13,6 +13,7 @@ import time
 import redis
 
 LATENCY_KEY = "bench:latency"
+FINISH_KEY = "bench:finish"  # dep_first's handler ends (the dependent workload)
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/bench"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/15"
 
@@ -39,10 +40,16 @@ def handler_started(item: int) -> None:
     _client().rpush(LATENCY_KEY, f"{item} {time.time():.6f}")
 
 
-def read_starts(client: redis.Redis) -> dict[int, float]:
-    """Every recorded handler start: item -> wall-clock seconds (first start wins)."""
+def handler_finished(item: int) -> None:
+    """Record that the handler for ``item`` returns its outcome now (dependent workload)."""
+    _client().rpush(FINISH_KEY, f"{item} {time.time():.6f}")
+
+
+def read_starts(client: redis.Redis, key: str = LATENCY_KEY) -> dict[int, float]:
+    """Every recorded handler start (or end, with FINISH_KEY): item -> wall-clock seconds
+    (the first one wins)."""
     starts: dict[int, float] = {}
-    for raw in client.lrange(LATENCY_KEY, 0, -1):
+    for raw in client.lrange(key, 0, -1):
         text = raw.decode() if isinstance(raw, bytes) else str(raw)
         item_text, ts_text = text.split()
         starts.setdefault(int(item_text), float(ts_text))

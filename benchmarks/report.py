@@ -37,6 +37,10 @@ METRICS: tuple[Metric, ...] = (
     Metric("drain_write", "drain_write", "items_per_s", "drain one write, items/s", True),
     Metric("latency_p50", "latency", "latency_p50_ms", "latency p50, ms", False, 1),
     Metric("latency_p99", "latency", "latency_p99_ms", "latency p99, ms", False, 1),
+    Metric("enable_p50", "latency_enable", "latency_p50_ms", "enabled row p50, ms", False, 1),
+    Metric("enable_p99", "latency_enable", "latency_p99_ms", "enabled row p99, ms", False, 1),
+    Metric("dependent_p50", "latency_dependent", "latency_p50_ms", "dependent item p50, ms", False, 1),
+    Metric("dependent_p99", "latency_dependent", "latency_p99_ms", "dependent item p99, ms", False, 1),
     Metric("drain_history", "drain_history", "items_per_s", "drain, 100k finished, items/s", True),
     Metric("fanout", "fanout", "items_per_s", "fan-out 4 pods, items/s", True),
     Metric("cpu_noop", "drain_noop", "cpu_ms_per_item", "worker CPU ms/item, no-op", False, 2),
@@ -141,29 +145,103 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def on_postgresql(system: str) -> bool:
+    """Peers, and dbworker's configurations on PostgreSQL (`dbworker`, `dbworker-trigger`, ...)."""
+    if system in PEERS:
+        return True
+    return system.startswith(DBWORKER) and "sqlite" not in system and "mariadb" not in system
+
+
+LATENCY_CASES = (("new row", "latency"), ("enabled row", "latency_enable"),
+                 ("dependent", "latency_dependent"))  # fmt: skip
+
+
+def latency_table(runs: Sequence[Mapping[str, Any]], systems: Sequence[str]) -> str | None:
+    """p50 / p99 per system and configuration, one column per pick-up case (medians)."""
+    cases = [(label, w) for label, w in LATENCY_CASES if any(r["workload"] == w for r in runs)]
+    if not cases:
+        return None
+    rows = []
+    for system in systems:
+        cells = []
+        for _, workload in cases:
+            p50 = stats(runs, system, Metric("", workload, "latency_p50_ms", "", False))
+            p99 = stats(runs, system, Metric("", workload, "latency_p99_ms", "", False))
+            cells.append("-" if p50 is None or p99 is None
+                         else f"{p50.median:,.1f} / {p99.median:,.1f}")  # fmt: skip
+        if any(c != "-" for c in cells):
+            rows.append([system, *cells])
+    header = ["system", *[f"{label} p50 / p99 ms" for label, _ in cases]]
+    return _table(header, rows)
+
+
+def issue15_targets(runs: Sequence[Mapping[str, Any]], systems: Sequence[str]) -> list[list[str]]:
+    """Issue 15's pick-up targets for dbworker's default configuration on each database."""
+    rows: list[list[str]] = []
+
+    def med(system: str, key: str) -> float | None:
+        st = stats(runs, system, BY_KEY[key])
+        return st.median if st else None
+
+    peers = [p for p in PEERS if p in systems]
+    for key, label in (("latency_p50", "p50"), ("latency_p99", "p99")):
+        mine = med(DBWORKER, key)
+        found = [(v, p) for p in peers if (v := med(p, key)) is not None]
+        if mine is None or not found:
+            continue
+        best_v, best_p = min(found)
+        rows.append([f"PostgreSQL default, new row {label} <= best peer", _fmt(mine, 1),
+                     f"{best_v:.1f} ({best_p})", "met" if mine <= best_v else "NOT met"])  # fmt: skip
+    maria = f"{DBWORKER}-mariadb"
+    for key, limit in (("latency_p50", 20.0), ("latency_p99", 100.0)):
+        mine = med(maria, key)
+        if mine is not None:
+            rows.append([f"MariaDB default, new row {key[-3:]} <= {limit:.0f} ms", _fmt(mine, 1),
+                         "-", "met" if mine <= limit else "NOT met"])  # fmt: skip
+    lite = med(f"{DBWORKER}-sqlite", "latency_p50")
+    if lite is not None:
+        rows.append(["SQLite default, new row p50 ~3 ms (<= 4)", _fmt(lite, 1), "-",
+                     "met" if lite <= 4.0 else "NOT met"])  # fmt: skip
+    # "As fast as a new row": within 1.5x of the new row's p50 and p99 (and 2 ms), per database.
+    for system in (DBWORKER, f"{DBWORKER}-mariadb", f"{DBWORKER}-sqlite"):
+        for case, prefix in (("enabled row", "enable"), ("dependent", "dependent")):
+            for pct in ("p50", "p99"):
+                new = med(system, f"latency_{pct}")
+                got = med(system, f"{prefix}_{pct}")
+                if new is None or got is None:
+                    continue
+                met = got <= max(1.5 * new, new + 2.0)
+                rows.append([f"{system}: {case} {pct} ~ new row's", _fmt(got, 1),
+                             f"{new:.1f} (new row)", "met" if met else "NOT met"])  # fmt: skip
+    return rows
+
+
 def render(runs: Sequence[Mapping[str, Any]], systems: Sequence[str]) -> str:
     """The printed report: side-by-side table, ratios, targets, dbworker per database."""
-    pg_systems = [s for s in systems if s == DBWORKER or s in PEERS]
-    other_dbw = [s for s in systems if s.startswith("dbworker-")]
+    pg_systems = [s for s in systems if on_postgresql(s)]
+    other_dbw = [s for s in systems if s.startswith(DBWORKER) and not on_postgresql(s)]
     parts: list[str] = []
 
+    measured = [m for m in METRICS if any(r["workload"] == m.workload for r in runs)]
     rows = []
-    for metric in METRICS:
+    for metric in measured:
         rows.append(
             [metric.label] + [_cell(stats(runs, s, metric), metric.digits) for s in pg_systems]
         )
     summary = summarize(runs, systems)
-    rows.append(
-        ["history ratio (100k / 0)"]
-        + [_fmt(summary["history_ratio"].get(s), 2) for s in pg_systems]
-    )
+    with_history = any(r["workload"] == "drain_history" for r in runs)
+    if with_history:
+        rows.append(
+            ["history ratio (100k / 0)"]
+            + [_fmt(summary["history_ratio"].get(s), 2) for s in pg_systems]
+        )
     parts.append("PostgreSQL, side by side: median (min-max) over repeats")
     parts.append(_table(["metric", *pg_systems], rows))
 
     peers = [s for s in pg_systems if s in PEERS]
     if DBWORKER in pg_systems and peers:
         ratio_rows = []
-        for metric in METRICS:
+        for metric in measured:
             adv = summary[metric.key]["dbworker_advantage"]
             ratio_rows.append(
                 [metric.label] + [_ratio(adv.get(p)) for p in peers]
@@ -175,19 +253,33 @@ def render(runs: Sequence[Mapping[str, Any]], systems: Sequence[str]) -> str:
         parts.append("Issue 7 targets")
         parts.append(_table(["target", "dbworker", "best peer", "verdict"], targets(runs, peers)))
 
+    lat = latency_table(runs, systems)
+    if lat:
+        parts.append("")
+        parts.append("Pick-up latency per system and configuration: p50 / p99 ms, medians over "
+                     "repeats (new row: insert's commit; enabled row: UPDATE's commit; dependent: "
+                     "dependency's handler end; each to the handler's first line)")  # fmt: skip
+        parts.append(lat)
+        rows15 = issue15_targets(runs, systems)
+        if rows15:
+            parts.append("")
+            parts.append("Issue 15 pick-up targets (default configuration)")
+            parts.append(_table(["target", "dbworker", "reference", "verdict"], rows15))
+
     if other_dbw:
         dbw_cols = [s for s in [DBWORKER, *other_dbw] if s in systems]
         dbw_rows = []
-        for metric in METRICS:
+        for metric in measured:
             if metric.key.startswith("redis"):
                 continue
             dbw_rows.append(
                 [metric.label] + [_cell(stats(runs, s, metric), metric.digits) for s in dbw_cols]
             )
-        dbw_rows.append(
-            ["history ratio (100k / 0)"]
-            + [_fmt(summary["history_ratio"].get(s), 2) for s in dbw_cols]
-        )
+        if with_history:
+            dbw_rows.append(
+                ["history ratio (100k / 0)"]
+                + [_fmt(summary["history_ratio"].get(s), 2) for s in dbw_cols]
+            )
         parts.append("")
         parts.append("dbworker per database: median (min-max)")
         parts.append(_table(["metric", *dbw_cols], dbw_rows))

@@ -36,7 +36,11 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 ALL_SYSTEMS = ("dbworker", "celery", "procrastinate", "pgqueuer")
 ALL_DBWORKER_DATABASES = ("postgresql", "sqlite", "mariadb")
-ALL_WORKLOADS = ("drain_noop", "drain_write", "latency", "drain_history", "fanout")
+ALL_WORKLOADS = ("drain_noop", "drain_write", "latency", "drain_history", "fanout",
+                 "latency_enable", "latency_dependent")  # fmt: skip
+DEFAULT_WORKLOADS = ALL_WORKLOADS[:5]
+LATENCY_WORKLOADS = "latency,latency_enable,latency_dependent"
+ALL_DBWORKER_CONFIGS = ("default", "no-triggers", "trigger")
 DEFAULT_MARIADB_URL = "mysql+pymysql://root@127.0.0.1:3306/bench"
 DEFAULT_SQLITE_PATH = "/tmp/dbworker-bench/bench.sqlite"
 
@@ -57,16 +61,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--budget", type=float,
                         help="seconds a drain may take before it ends and reports the rate of "
                              "what it completed (full 300, quick 30)")
+    parser.add_argument("--dbworker-configs", default="default,no-triggers,trigger",
+                        help="dbworker configurations on PostgreSQL: default (plain "
+                             "upgrade_worker_tables()), no-triggers (its opt-out), trigger "
+                             "(plus install_notify_triggers())")
+    parser.add_argument("--dbworker-configs-elsewhere", default="default",
+                        help="dbworker configurations on SQLite and MariaDB")
     parser.add_argument("--no-notify-trigger", action="store_true",
-                        help="dbworker without its opt-in PostgreSQL wake-up trigger (polling)")
+                        help="shorthand for --dbworker-configs no-triggers")
+    parser.add_argument("--case-items", type=int,
+                        help="probes of latency_enable and latency_dependent (full 40, quick 10)")
     parser.add_argument("--concurrency", type=int, default=2, help="handlers per pod")
     parser.add_argument("--fanout-pods", type=int, default=4, help="pods in the fan-out workload")
     parser.add_argument("--systems", default=",".join(ALL_SYSTEMS),
                         help=f"comma-separated subset of {','.join(ALL_SYSTEMS)}")
     parser.add_argument("--dbworker-databases", default=",".join(ALL_DBWORKER_DATABASES),
                         help="databases for dbworker (peers run on PostgreSQL only)")
-    parser.add_argument("--workloads", default=",".join(ALL_WORKLOADS),
-                        help=f"comma-separated subset of {','.join(ALL_WORKLOADS)}")
+    parser.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),
+                        help=f"comma-separated subset of {','.join(ALL_WORKLOADS)}; 'latency-all' "
+                             f"means {LATENCY_WORKLOADS} (default: {','.join(DEFAULT_WORKLOADS)})")
     parser.add_argument("--pg-dsn", default=probe.DEFAULT_PG_DSN)
     parser.add_argument("--redis-url", default=probe.DEFAULT_REDIS_URL)
     parser.add_argument("--mariadb-url", default=DEFAULT_MARIADB_URL)
@@ -83,17 +96,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.repeats = 3 if full else 2
     if args.budget is None:
         args.budget = 300.0 if full else 30.0
+    if args.case_items is None:
+        args.case_items = 40 if full else 10
+    if args.no_notify_trigger:
+        args.dbworker_configs = "no-triggers"
+    args.workloads = args.workloads.replace("latency-all", LATENCY_WORKLOADS)
     for flag, value, known in (
         ("--systems", args.systems, ALL_SYSTEMS),
         ("--dbworker-databases", args.dbworker_databases, ALL_DBWORKER_DATABASES),
         ("--workloads", args.workloads, ALL_WORKLOADS),
+        ("--dbworker-configs", args.dbworker_configs, ALL_DBWORKER_CONFIGS),
+        ("--dbworker-configs-elsewhere", args.dbworker_configs_elsewhere, ALL_DBWORKER_CONFIGS),
     ):
         unknown = [v for v in value.split(",") if v and v not in known]
         if unknown:
             parser.error(f"{flag}: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
     for flag, number in (("--items", args.items), ("--latency-items", args.latency_items),
                          ("--repeats", args.repeats), ("--concurrency", args.concurrency),
-                         ("--fanout-pods", args.fanout_pods)):  # fmt: skip
+                         ("--fanout-pods", args.fanout_pods),
+                         ("--case-items", args.case_items)):  # fmt: skip
         if number < 1:
             parser.error(f"{flag} must be at least 1, got {number}")
     if args.budget <= 0:
@@ -114,6 +135,10 @@ def build_workloads(args: argparse.Namespace) -> list[Workload]:
                  title=f"drain N no-op, {args.history:,} finished items recorded"),
         Workload("fanout", "noop", args.items * 2, pods=args.fanout_pods,
                  title=f"drain 2N no-op, {args.fanout_pods} pods on one database"),
+        Workload("latency_enable", "enable", args.case_items, gap=(0.1, 0.4),
+                 title="UPDATE enabling a row behind the sweep's cursor -> handler start"),
+        Workload("latency_dependent", "dependent", args.case_items, gap=(0.1, 0.4),
+                 title="dependency's handler end -> dependent's handler start"),
     ]  # fmt: skip
     return [w for w in every if w.name in chosen]
 
@@ -131,11 +156,13 @@ def build_systems(args: argparse.Namespace) -> list[System]:
             "mariadb": args.mariadb_url,
         }
         for database in args.dbworker_databases.split(","):
-            systems.append(
-                DbworkerSystem(url=urls[database], database=cast(Database, database),
-                               concurrency=args.concurrency, cwd=ROOT,
-                               notify_trigger=not args.no_notify_trigger)
-            )  # fmt: skip
+            configs = (args.dbworker_configs if database == "postgresql"
+                       else args.dbworker_configs_elsewhere)  # fmt: skip
+            for config in configs.split(","):
+                systems.append(
+                    DbworkerSystem(url=urls[database], database=cast(Database, database),
+                                   concurrency=args.concurrency, cwd=ROOT, config=config)
+                )  # fmt: skip
     if "celery" in names:
         from benchmarks.sys_celery import CelerySystem
 
@@ -253,6 +280,17 @@ def library_fingerprint() -> str:
     return digest.hexdigest()[:10]
 
 
+def wakeup_keyword() -> bool | None:
+    """Whether the checkout's upgrade_worker_tables() takes ``wakeup_triggers`` (issue 15)."""
+    try:
+        import inspect
+
+        from dbworker import Coordinator
+    except Exception:
+        return None
+    return "wakeup_triggers" in inspect.signature(Coordinator.upgrade_worker_tables).parameters
+
+
 def _terminate(signum: int, frame: FrameType | None) -> None:
     # Unwind through run_once's finally blocks, which stop every pod.
     raise KeyboardInterrupt(f"signal {signum}")
@@ -275,7 +313,10 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick, "items": args.items, "latency_items": args.latency_items,
         "history": args.history, "repeats": args.repeats, "concurrency": args.concurrency,
         "fanout_pods": args.fanout_pods, "budget": args.budget, "systems": names,
-        "dbworker_notify_trigger": not args.no_notify_trigger,
+        "dbworker_configs": args.dbworker_configs,
+        "dbworker_configs_elsewhere": args.dbworker_configs_elsewhere,
+        "case_items": args.case_items,
+        "wakeup_triggers_keyword": wakeup_keyword(),
         "workloads": [vars(w) for w in wls],
     }  # fmt: skip
     print(f"benchmark {stamp}: {len(systems)} systems x {len(wls)} workloads x "
@@ -290,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
                 for system in order:
                     if workload.history and not system.keeps_history:
                         continue  # nothing to pre-populate: same as drain_noop
+                    if (workload.kind in workloads.DBWORKER_ONLY_KINDS
+                            and not system.name.startswith("dbworker")):  # fmt: skip
+                        continue
                     t0 = time.monotonic()
                     result = workloads.run_once(
                         system, workload, repeat=repeat, counter=counter,
@@ -311,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
                     record = result.as_dict()
                     if system.name.startswith("dbworker"):
                         record["library"] = library_fingerprint()
+                        record["migrate"] = getattr(system, "migrate_info", None)
                     runs.append(record)
                     print(_progress(result, time.monotonic() - t0), flush=True)
     except KeyboardInterrupt:
@@ -326,7 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     info["duration_s"] = round(time.monotonic() - started, 1)
     table = (
         f"N={args.items} items per drain (fan-out: {2 * args.items} over {args.fanout_pods} pods), "
-        f"{args.latency_items} latency probes, history {args.history:,}, concurrency "
+        f"{args.latency_items} latency probes ({args.case_items} per enable/dependent case), "
+        f"history {args.history:,}, concurrency "
         f"{args.concurrency} per pod, {args.repeats} repeats, drain budget {args.budget:.0f}s\n\n"
         + report.render(runs, names)
     )

@@ -5,11 +5,21 @@ stopped on SIGTERM); `migrate` creates the tables as an init container would. Th
 itself never imports dbworker: it resets the database, inserts source rows (that is the
 enqueue) and reads completion from the documented work table (`<worker>_work`,
 `execution_status = 'finished'`). Runs on PostgreSQL, SQLite (file) and MariaDB.
+
+The configuration (issue 15) says how `migrate` sets the database up:
+- `default`: `coordinator.upgrade_worker_tables()` and nothing else (the README's quick start,
+  the operator's plain `dbworker migrate`);
+- `no-triggers`: the documented opt-out, `upgrade_worker_tables(wakeup_triggers=False)`
+  (a library without that keyword: plain `upgrade_worker_tables()`);
+- `trigger`: `default` plus `coordinator.install_notify_triggers()` (0.1.0's opt-in
+  PostgreSQL trigger, `dbworker migrate --notify-triggers`).
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
+import json
 import os
 import signal
 import subprocess
@@ -25,7 +35,20 @@ from sqlalchemy.engine import make_url
 from benchmarks.workloads import Database, Kind
 
 ITEM_TABLE = table("bench_item", column("id"))
+GATE_TABLE = table("bench_gate", column("id"), column("ready"))
+DEP_TABLE = table("bench_dep", column("id"))
 HISTORY_CHUNK = 10_000
+CONFIGS = ("default", "no-triggers", "trigger")
+# Per benchmark kind: the source table it inserts into and the worker whose FINISHED marks
+# an item complete (default: bench_item and the kind's own worker).
+SOURCE_TABLES = {"enable": GATE_TABLE, "dependent": DEP_TABLE}
+DONE_WORKER = {"dependent": "dep_second"}
+
+
+def system_name(database: str, config: str) -> str:
+    """`dbworker` is the default configuration on PostgreSQL; the rest carry suffixes."""
+    name = "dbworker" if database == "postgresql" else f"dbworker-{database}"
+    return name if config == "default" else f"{name}-{config}"
 
 
 class DbworkerSystem:
@@ -34,11 +57,15 @@ class DbworkerSystem:
     keeps_history = True
 
     def __init__(
-        self, *, url: str, database: Database, concurrency: int, cwd: Path, notify_trigger: bool = True
+        self, *, url: str, database: Database, concurrency: int, cwd: Path, config: str = "default"
     ) -> None:
+        if config not in CONFIGS:
+            raise ValueError(f"unknown dbworker configuration {config!r}; choose from {CONFIGS}")
         self.database: Database = database
-        self._notify_trigger = notify_trigger
-        self.name = "dbworker" if database == "postgresql" else f"dbworker-{database}"
+        self.config = config
+        self.name = system_name(database, config)
+        # What the last migrate did (library keyword present, triggers installed): the report's.
+        self.migrate_info: dict[str, Any] = {}
         self._url = url
         self._concurrency = concurrency
         self._cwd = cwd
@@ -53,18 +80,17 @@ class DbworkerSystem:
         self._wipe()
         # Tables come from the application's own start-up path, in a separate process, as
         # an init container would run it.
-        subprocess.run(
+        done = subprocess.run(
             [sys.executable, "-m", "benchmarks.sys_dbworker", "migrate"],
-            env={
-                **os.environ,
-                "BENCH_DB_URL": self._url,
-                "BENCH_NOTIFY_TRIGGER": "1" if self._notify_trigger else "0",
-            },
+            env={**os.environ, "BENCH_DB_URL": self._url, "BENCH_DBWORKER_CONFIG": self.config},
             cwd=str(self._cwd),
-            check=True,
             capture_output=True,
             timeout=120,
         )
+        if done.returncode != 0:
+            raise RuntimeError(f"migrate failed ({done.returncode}): {done.stderr.decode()[-2000:]}")
+        lines = done.stdout.decode().strip().splitlines()
+        self.migrate_info = json.loads(lines[-1]) if lines else {}
         if history:
             self._add_history(history, worker)
 
@@ -113,14 +139,32 @@ class DbworkerSystem:
         return argv, {"BENCH_DB_URL": self._url}
 
     def enqueue(self, items: Sequence[int], kind: Kind) -> None:
+        source = SOURCE_TABLES.get(kind, ITEM_TABLE)
+        rows: list[dict[str, Any]] = [{"id": i} for i in items]
+        if kind == "enable":
+            rows = [{"id": i, "ready": True} for i in items]
         with self._eng().begin() as conn:
-            conn.execute(insert(ITEM_TABLE), [{"id": i} for i in items])
+            conn.execute(insert(source), rows)
+
+    # The `enable` workload: a row inserted not eligible, made eligible later by an UPDATE.
+    def enqueue_gated(self, blocked: int, ready: int) -> None:
+        """In one commit: ``blocked`` not eligible, ``ready`` (a higher key) eligible."""
+        with self._eng().begin() as conn:
+            conn.execute(
+                insert(GATE_TABLE), [{"id": blocked, "ready": False}, {"id": ready, "ready": True}]
+            )
+
+    def enable(self, item: int) -> None:
+        """Make ``item`` eligible; returns after the UPDATE's commit."""
+        with self._eng().begin() as conn:
+            conn.execute(GATE_TABLE.update().where(GATE_TABLE.c.id == item).values(ready=True))
 
     def outstanding(self, kind: str, items: range) -> int:
+        worker = DONE_WORKER.get(kind, kind)
         with self._eng().connect() as conn:
             done = conn.execute(
                 text(
-                    f"SELECT count(*) FROM {kind}_work WHERE source_id BETWEEN :lo AND :hi "
+                    f"SELECT count(*) FROM {worker}_work WHERE source_id BETWEEN :lo AND :hi "
                     "AND execution_status = 'finished'"
                 ),
                 {"lo": items[0], "hi": items[-1]},
@@ -147,9 +191,28 @@ def _serve(worker: str, concurrency: int) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    coordinator.start(workers=[worker])
+    coordinator.start(workers=dbworker_app.POD_WORKERS.get(worker, [worker]))
     stop.wait()
     coordinator.stop(timeout=10)
+
+
+def has_wakeup_option(coordinator: Any) -> bool:
+    """Whether this library's upgrade_worker_tables() takes ``wakeup_triggers`` (issue 15)."""
+    return "wakeup_triggers" in inspect.signature(coordinator.upgrade_worker_tables).parameters
+
+
+def migrate(coordinator: Any, config: str) -> dict[str, Any]:
+    """Set the work tables up the way ``config`` says; what was done, for the report."""
+    keyword = has_wakeup_option(coordinator)
+    if config == "no-triggers" and keyword:
+        steps = coordinator.upgrade_worker_tables(wakeup_triggers=False)
+    else:
+        steps = coordinator.upgrade_worker_tables()
+    if config == "trigger":
+        # The opt-in wake-up trigger on the source tables (PostgreSQL; a no-op elsewhere), as
+        # `dbworker migrate --notify-triggers` installs it.
+        steps = [*(steps or []), *(coordinator.install_notify_triggers() or [])]
+    return {"config": config, "wakeup_triggers_keyword": keyword, "steps": [str(s) for s in steps or []]}
 
 
 def _migrate() -> None:
@@ -158,18 +221,17 @@ def _migrate() -> None:
     url = os.environ["BENCH_DB_URL"]
     coordinator = dbworker_app.build_coordinator(url, concurrency=1)
     dbworker_app.Base.metadata.create_all(create_engine(url))
-    coordinator.upgrade_worker_tables()
-    if os.environ.get("BENCH_NOTIFY_TRIGGER", "1") == "1":
-        # The opt-in wake-up trigger on the source table (PostgreSQL; a no-op elsewhere), as
-        # `dbworker migrate --notify-triggers` installs it.
-        coordinator.install_notify_triggers()
+    info = migrate(coordinator, os.environ.get("BENCH_DBWORKER_CONFIG", "default"))
+    print(json.dumps(info), flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="dbworker benchmark pod (URL in BENCH_DB_URL)")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run one worker until SIGTERM")
-    serve.add_argument("--worker", required=True, choices=["noop", "write", "latency"])
+    serve.add_argument(
+        "--worker", required=True, choices=["noop", "write", "latency", "enable", "dependent"]
+    )
     serve.add_argument("--concurrency", type=int, default=2)
     sub.add_parser("migrate", help="create the tables and exit")
     args = parser.parse_args()

@@ -79,3 +79,48 @@ def test_options_have_quick_defaults_and_name_bad_values() -> None:
         run.parse_args(["--systems", "dbworker,rq"])
     with pytest.raises(SystemExit):
         run.parse_args(["--items", "0"])
+
+
+LATENCY_RUNS = [
+    _run("dbworker", "latency", 0, latency_p50_ms=3.0, latency_p99_ms=5.0),
+    _run("dbworker-trigger", "latency", 0, latency_p50_ms=2.5, latency_p99_ms=4.0),
+    _run("dbworker-no-triggers", "latency", 0, latency_p50_ms=150.0, latency_p99_ms=400.0),
+    _run("dbworker", "latency_enable", 0, latency_p50_ms=3.5, latency_p99_ms=30.0),
+    _run("dbworker", "latency_dependent", 0, latency_p50_ms=4.0, latency_p99_ms=6.0),
+    _run("dbworker-mariadb", "latency", 0, latency_p50_ms=12.0, latency_p99_ms=150.0),
+    _run("celery", "latency", 0, latency_p50_ms=2.0, latency_p99_ms=6.0),
+]
+LATENCY_SYSTEMS = ["dbworker", "dbworker-no-triggers", "dbworker-trigger", "dbworker-mariadb",
+                   "celery"]  # fmt: skip
+
+
+def test_dbworker_configurations_sit_beside_the_peers_on_postgresql() -> None:
+    assert report.on_postgresql("dbworker-no-triggers") and report.on_postgresql("celery")
+    assert not report.on_postgresql("dbworker-mariadb")
+    assert not report.on_postgresql("dbworker-sqlite-no-triggers")
+    text = report.render(LATENCY_RUNS, LATENCY_SYSTEMS)
+    side_by_side = text.split("\n\n")[0].splitlines()[1]
+    assert "dbworker-no-triggers" in side_by_side and "dbworker-mariadb" not in side_by_side
+    assert "| dbworker-no-triggers | 150.0 / 400.0" in text
+    assert "drain no-op" not in text.split("\n\n")[0]  # not measured: no row
+
+
+def test_issue15_targets() -> None:
+    rows = {row[0]: row for row in report.issue15_targets(LATENCY_RUNS, LATENCY_SYSTEMS)}
+    assert rows["PostgreSQL default, new row p50 <= best peer"][3] == "NOT met"  # 3.0 > 2.0
+    assert rows["PostgreSQL default, new row p99 <= best peer"][3] == "met"  # 5.0 <= 6.0
+    assert rows["MariaDB default, new row p50 <= 20 ms"][3] == "met"
+    assert rows["MariaDB default, new row p99 <= 100 ms"][3] == "NOT met"
+    assert rows["dbworker: enabled row p50 ~ new row's"][3] == "met"
+    assert rows["dbworker: enabled row p99 ~ new row's"][3] == "NOT met"
+
+
+def test_dbworker_configurations_are_systems_of_their_own() -> None:
+    args = run.parse_args(["--quick", "--workloads", "latency-all", "--dbworker-databases",
+                           "postgresql,mariadb"])  # fmt: skip
+    assert args.workloads == "latency,latency_enable,latency_dependent"
+    names = [s.name for s in run.build_systems(args)]
+    assert names[:4] == ["dbworker", "dbworker-no-triggers", "dbworker-trigger", "dbworker-mariadb"]
+    assert run.parse_args(["--no-notify-trigger"]).dbworker_configs == "no-triggers"
+    with pytest.raises(SystemExit):
+        run.parse_args(["--dbworker-configs", "notify"])

@@ -25,7 +25,11 @@ import redis
 
 from benchmarks import probe, procs
 
-Kind = Literal["noop", "write", "latency"]
+Kind = Literal["noop", "write", "latency", "enable", "dependent"]
+# Kinds only dbworker has (issue 15's pick-up cases); other systems skip their workloads.
+DBWORKER_ONLY_KINDS = ("enable", "dependent")
+# One probe of the enable / dependent workloads waits at most this long for its handler.
+PROBE_TIMEOUT = 60.0
 Database = Literal["postgresql", "sqlite", "mariadb"]
 
 PG_PORT = 5432
@@ -296,7 +300,7 @@ def run_once(
     result.load_1m = round(os.getloadavg()[0], 2)
     try:
         _reset(system, history)
-        redis_client.delete(probe.LATENCY_KEY)
+        redis_client.delete(probe.LATENCY_KEY, probe.FINISH_KEY)
         for index in range(workload.pods):
             argv, env = system.pod_command(workload.kind, index)
             log_path = log_dir / f"{workload.name}-r{repeat}-{system.name}-pod{index}.log"
@@ -321,6 +325,10 @@ def run_once(
         phase_start = time.perf_counter()
         if workload.kind == "latency":
             _measure_latency(system, workload, measured, pods, redis_client, rng, result, sample)
+        elif workload.kind == "enable":
+            _measure_enable(system, workload, measured, pods, redis_client, rng, result, sample)
+        elif workload.kind == "dependent":
+            _measure_dependent(system, workload, measured, pods, redis_client, rng, result, sample)
         else:
             done = _measure_drain(system, workload, measured, pods, result, sample, budget)
         sample()
@@ -395,11 +403,88 @@ def _measure_latency(
     result.enqueue_seconds = time.perf_counter() - started
     _wait_done(system, workload.kind, measured, pods, timeout=120, on_tick=sample)
     starts = probe.read_starts(redis_client)
-    missing = [i for i in measured if i not in starts]
+    _record_latencies(result, starts, committed)
+
+
+def _record_latencies(
+    result: RunResult, starts: dict[int, float], since: dict[int, float]
+) -> None:
+    missing = [i for i in since if i not in starts]
     if missing:
         raise RuntimeError(f"{len(missing)} handler starts were not recorded (first {missing[0]})")
-    latencies = [(starts[i] - committed[i]) * 1000.0 for i in measured]
+    latencies = [(starts[i] - t) * 1000.0 for i, t in since.items()]
     result.latencies_ms = [round(v, 3) for v in latencies]
     result.latency_p50_ms = statistics.median(latencies)
     result.latency_p99_ms = percentile(latencies, 99)
     result.latency_max_ms = max(latencies)
+
+
+def _wait_item(
+    system: System, kind: Kind, item: int, pods: Sequence[procs.Pod], sample: Callable[[], None]
+) -> None:
+    """Wait until ``item`` is complete, one probe at a time (at most PROBE_TIMEOUT)."""
+    _wait_done(system, kind, range(item, item + 1), pods, timeout=PROBE_TIMEOUT,
+               interval=0.01, on_tick=sample)  # fmt: skip
+
+
+def _measure_enable(
+    system: System,
+    workload: Workload,
+    measured: range,
+    pods: Sequence[procs.Pod],
+    redis_client: redis.Redis,
+    rng: random.Random,
+    result: RunResult,
+    sample: Callable[[], None],
+) -> None:
+    """A row enabled behind the sweep's cursor, once per probe.
+
+    In one commit: row B not eligible (`ready` false) and row R, a higher key, eligible. The
+    worker claims R, so its sweep has passed B; once R is finished and a gap has passed
+    idle, an UPDATE makes B eligible: timed from the UPDATE's commit to B's handler start.
+    """
+    gated: Any = system
+    time.sleep(1.0)
+    enabled: dict[int, float] = {}
+    started = time.perf_counter()
+    for n in range(workload.items):
+        blocked, ready = measured.start + 2 * n, measured.start + 2 * n + 1
+        gated.enqueue_gated(blocked, ready)
+        _wait_item(system, workload.kind, ready, pods, sample)
+        time.sleep(rng.uniform(*workload.gap))
+        gated.enable(blocked)
+        enabled[blocked] = time.time()
+        _wait_item(system, workload.kind, blocked, pods, sample)
+    result.enqueue_seconds = time.perf_counter() - started
+    _record_latencies(result, probe.read_starts(redis_client), enabled)
+
+
+def _measure_dependent(
+    system: System,
+    workload: Workload,
+    measured: range,
+    pods: Sequence[procs.Pod],
+    redis_client: redis.Redis,
+    rng: random.Random,
+    result: RunResult,
+    sample: Callable[[], None],
+) -> None:
+    """A dependent item whose dependency just finished, once per probe.
+
+    One row of `bench_dep`: `dep_first` runs it (its handler's last act records the time),
+    then `dep_second`, eligible once `dep_first`'s record is FINISHED. Timed from
+    `dep_first`'s handler end (its outcome's commit follows) to `dep_second`'s handler start.
+    Each probe starts after a gap of idleness.
+    """
+    time.sleep(1.0)
+    started = time.perf_counter()
+    for item in measured:
+        time.sleep(rng.uniform(*workload.gap))
+        system.enqueue([item], workload.kind)
+        _wait_item(system, workload.kind, item, pods, sample)
+    result.enqueue_seconds = time.perf_counter() - started
+    finished = probe.read_starts(redis_client, probe.FINISH_KEY)
+    missing = [i for i in measured if i not in finished]
+    if missing:
+        raise RuntimeError(f"{len(missing)} dep_first ends were not recorded (first {missing[0]})")
+    _record_latencies(result, probe.read_starts(redis_client), {i: finished[i] for i in measured})

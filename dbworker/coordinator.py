@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import datetime as dt
 import logging
 import os
 import pickle
@@ -21,6 +22,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
 
 from dbworker import logs, redact, settings
 from dbworker.child import ChildConfig
@@ -29,9 +31,12 @@ from dbworker.leases import LeaseKeeper
 from dbworker.loop import WorkerLoop
 from dbworker.observe import Observer, Observers
 from dbworker.retries import Retry
-from dbworker.sql import dialects, status, tables, upgrade
+from dbworker.schedules import inserter, policy, ticks
+from dbworker.sql import changes as sql_changes
+from dbworker.sql import dialects, notify, pauses, poolers, status, sweeps, tables, upgrade
 from dbworker.sql.dialects import connect
-from dbworker.wakeups import postgres, sqlite
+from dbworker.sql.due import Due, column_of
+from dbworker.wakeups import changes, postgres, sqlite
 from dbworker.wakeups.router import Router
 from dbworker.workers import (
     RegisteredWorker,
@@ -70,7 +75,16 @@ class Coordinator:
         lease_seconds: float = 30,
         poll_seconds: float = 0.25,
         max_poll_seconds: float = 10,
+        listen_url: str | URL | None = None,
+        transaction_pooler: bool = False,
     ) -> None:
+        """``transaction_pooler``: ``database_url`` and the session factory's engine reach
+        PostgreSQL through a transaction pooler (PgBouncer ``pool_mode = transaction``):
+        no server-side prepared statements on any connection dbworker uses or builds, and no
+        LISTEN except on ``listen_url``. ``listen_url``: a direct PostgreSQL URL for the
+        one connection that LISTENs for wake-ups (its own, not pooled); without it a
+        pooler-mode coordinator polls.
+        """
         if not callable(session_factory):
             raise ValueError("session_factory must be the application's sessionmaker (a callable returning a Session)")
         try:
@@ -86,6 +100,9 @@ class Coordinator:
         self._engine_options = dict(engine_options or {})
         self._settings = settings.settings(lease_seconds, poll_seconds, max_poll_seconds)
         self._secrets = redact.url_secrets(self._url)
+        self._listen_url: URL | None = None
+        self._transaction_pooler = False
+        self._set_pooler(transaction_pooler, listen_url)
         self._registry: dict[str, RegisteredWorker] = {}
         self.workers = WorkerViews(self._registry)
         self._observers = Observers()
@@ -97,6 +114,8 @@ class Coordinator:
         self._keeper: LeaseKeeper | None = None
         self._listener: postgres.Listener | None = None
         self._watcher: sqlite.DataVersionWatcher | None = None
+        self._feed: changes.ChangeFeed | None = None
+        self._ticker: inserter.TickInserter | None = None
         self._engine: Engine | None = None
 
     # --- settings ------------------------------------------------------------------------
@@ -136,9 +155,16 @@ class Coordinator:
         lease_seconds: float | None = None,
         poll_seconds: float | None = None,
         max_poll_seconds: float | None = None,
+        listen_url: str | URL | None = None,
+        transaction_pooler: bool | None = None,
     ) -> None:
-        """Override timing settings before ``start()`` (same rules as the constructor)."""
+        """Override timing and pooler settings before ``start()`` (same rules as the constructor)."""
         self._check_not_started("configure")
+        if listen_url is not None or transaction_pooler is not None:
+            self._set_pooler(
+                self._transaction_pooler if transaction_pooler is None else transaction_pooler,
+                self._listen_url if listen_url is None else listen_url,
+            )
         s = self._settings
         self._settings = settings.settings(
             s.lease_seconds if lease_seconds is None else lease_seconds,
@@ -154,6 +180,21 @@ class Coordinator:
             worker, concurrency=check_concurrency(concurrency, field=f"concurrency of {name}")
         )
 
+    @property
+    def transaction_pooler(self) -> bool:
+        return self._transaction_pooler
+
+    @property
+    def listen_url(self) -> str | None:
+        """The LISTEN connection's URL with its password masked (None: the engine's own)."""
+        return None if self._listen_url is None else redact.safe_url(self._listen_url)
+
+    def _set_pooler(self, transaction_pooler: Any, listen_url: str | URL | None) -> None:
+        self._transaction_pooler = poolers.check_transaction_pooler(transaction_pooler, self._url)
+        self._listen_url = poolers.check_listen_url(listen_url, self._url)
+        extra = () if self._listen_url is None else redact.url_secrets(self._listen_url)
+        self._secrets = tuple(dict.fromkeys((*redact.url_secrets(self._url), *extra)))
+
     def add_observer(self, observer: Observer) -> None:
         """Receive the coordinator's events (see ``dbworker.observe``)."""
         self._observers.add(observer)
@@ -168,20 +209,70 @@ class Coordinator:
         concurrency: int = 1,
         retry: Retry | None = None,
         timeout: float | None = None,
+        due: Any = None,
     ) -> Callable[[F], F]:
         """Register the decorated function as worker ``name``'s handler; return it unchanged.
 
         ``retry``: how failed attempts are tried again (None: a failure is final, as in
         SPEC). ``timeout``: seconds a handler may run before its process is ended and the
-        attempt fails (None: no limit). Bad arguments raise ``ValueError`` naming them.
+        attempt fails (None: no limit). ``due``: a nullable naive-UTC DateTime column of the
+        source (``due=Post.publish_at``); a row is claimable only once it is set and not
+        later than the database's clock, and the coordinator wakes for it on time. Bad
+        arguments raise ``ValueError`` naming them.
         """
         self._check_not_started("transactional_worker")
-        check_name(name)
-        if name in self._registry:
-            raise ValueError(f"worker name {name!r} is already registered on this coordinator")
+        self._check_new_name(name)
         key = tables.source_key(source)
         if eligible is not None and not callable(eligible):
             raise ValueError(f"eligible must be a zero-argument callable returning a select(), got {eligible!r}")
+        found = None if due is None else Due(column_of(tables.source_mapper(source), due), key, eligible)
+        return self._register(name, source, found or eligible, concurrency, retry, timeout, due=found)
+
+    def periodic(
+        self,
+        *,
+        name: str,
+        cron: str | None = None,
+        every: float | dt.timedelta | None = None,
+        timezone: str = "UTC",
+        catch_up: int = 1,
+        concurrency: int = 1,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+        retention: float | dt.timedelta = policy.DEFAULT_RETENTION,
+    ) -> Callable[[F], F]:
+        """Register the decorated function as periodic worker ``name``: ``handler(tick, session)``
+        runs once per due time of ``cron`` (in ``timezone``) or ``every`` (seconds or a
+        ``timedelta``, from the Unix epoch), across every coordinator running it.
+
+        Its source rows are ticks (``dbworker.schedules.ticks.Tick``: ``name``, ``due_at``
+        naive UTC), one per due time; status calls take the tick's id. After downtime at most
+        ``catch_up`` missed due times run, the most recent ones (0: none). Ended ticks older
+        than ``retention`` are removed with their work rows. ``concurrency``, ``retry`` and
+        ``timeout`` are ``transactional_worker``'s. Bad arguments raise ``ValueError`` naming them.
+        """
+        self._check_not_started("periodic")
+        self._check_new_name(name)
+        if len(name) > ticks.NAME_LENGTH:
+            raise ValueError(f"periodic worker name {name!r} is too long: use at most {ticks.NAME_LENGTH} characters")
+        timing = policy.schedule(name, cron=cron, every=every, timezone=timezone, catch_up=catch_up,
+                                 retention=retention)  # fmt: skip
+        return self._register(name, ticks.Tick, ticks.Ticks(name), concurrency, retry, timeout, schedule=timing)
+
+    def _register(
+        self,
+        name: str,
+        source: Any,
+        eligible: Eligible | None,
+        concurrency: int,
+        retry: Retry | None,
+        timeout: float | None,
+        *,
+        due: Due | None = None,
+        schedule: policy.Schedule | None = None,
+    ) -> Callable[[F], F]:
+        """Check the arguments every kind of worker shares; return the decorator that registers."""
+        key = tables.source_key(source)
         check_concurrency(concurrency)
         retry = check_retry(retry)
         timeout = check_timeout(timeout)
@@ -192,14 +283,20 @@ class Coordinator:
                 raise ValueError(f"worker {name!r}: the handler must be a function, got {handler!r}")
             if name in self._registry:
                 raise ValueError(f"worker name {name!r} is already registered on this coordinator")
-            self._check_not_started("transactional_worker")
+            self._check_not_started("transactional_worker" if schedule is None else "periodic")
             self._registry[name] = RegisteredWorker(
                 name=name, source=source, handler=handler, eligible=eligible,
                 concurrency=concurrency, table=table, key=key, retry=retry, timeout=timeout,
+                due=due, schedule=schedule,
             )
             return handler
 
         return register
+
+    def _check_new_name(self, name: str) -> None:
+        check_name(name)
+        if name in self._registry:
+            raise ValueError(f"worker name {name!r} is already registered on this coordinator")
 
     # --- status ------------------------------------------------------------------------------
     def execution_status(self, session: Session, *, worker: str, source_id: Any) -> ExecutionStatus | None:
@@ -238,25 +335,37 @@ class Coordinator:
             dialects.ping(conn)
 
     # --- tables --------------------------------------------------------------------------
-    def create_worker_tables(self) -> None:
-        """Create the work tables that do not exist (and bring existing ones up to date)."""
-        upgrade.ensure(self.engine, [w.table for w in self._registry.values()])
+    def create_worker_tables(self, *, wakeup_triggers: bool = True) -> list[str]:
+        """Create the work tables that do not exist (and bring existing ones up to date);
+        with the wake-up triggers on the source tables unless ``wakeup_triggers=False``
+        (see ``upgrade_worker_tables``)."""
+        return self.upgrade_worker_tables(wakeup_triggers=wakeup_triggers)
 
     def install_notify_triggers(self) -> list[str]:
-        """PostgreSQL: put the wake-up trigger on every worker's source table (opt-in).
+        """Put the wake-up triggers on every worker's source table (``upgrade_worker_tables``
+        does it by default); return what was done. Idempotent: triggers already current
+        are left alone."""
+        return upgrade.wakeup_triggers(self.engine, self._sources(), install=True)
 
-        With it, a committed insert or update of a source row wakes the workers at once
-        (LISTEN/NOTIFY) instead of at their next poll, naming the rows (one notification per
-        statement), so one that became eligible behind the claim sweep is claimed by key.
-        Idempotent (replaces triggers of the same names); a no-op elsewhere. Remove
-        with ``DROP TRIGGER dbworker_notify ON <table>``, ``DROP TRIGGER
-        dbworker_notify_update ON <table>`` and ``DROP FUNCTION dbworker_notify_<table>()``.
+    def upgrade_worker_tables(self, *, wakeup_triggers: bool = True) -> list[str]:
+        """Create or upgrade every work table and dbworker's own tables (``dbworker_ticks``
+        when a periodic worker is registered); idempotent and safe
+        from many processes at once. Return the changes made.
+
+        ``wakeup_triggers`` (default on) also puts triggers on each worker's SOURCE table,
+        the application's own, so committed inserts and updates wake the workers at once
+        instead of at their next poll, naming the rows: on PostgreSQL one NOTIFY per
+        statement; on MySQL/MariaDB and SQLite a row per changed row in
+        ``dbworker_changes``, which coordinators read and prune. ``False`` removes them
+        (workers then poll: pick-up waits up to ``max_poll_seconds``).
         """
-        return upgrade.install_notify_triggers(self.engine, [w.key.table for w in self._registry.values()])
+        scheduled = [ticks.TABLE] if any(w.schedule for w in self._registry.values()) else []
+        own = [*scheduled, *(w.table for w in self._registry.values()), pauses.TABLE, sweeps.TABLE]
+        changes = upgrade.ensure(self.engine, own)
+        return changes + upgrade.wakeup_triggers(self.engine, self._sources(), install=wakeup_triggers)
 
-    def upgrade_worker_tables(self) -> list[str]:
-        """Create or upgrade every work table; idempotent and safe from many processes at once."""
-        return upgrade.ensure(self.engine, [w.table for w in self._registry.values()])
+    def _sources(self) -> list[sa.Table]:
+        return [w.key.table for w in self._registry.values()]
 
     # --- running ---------------------------------------------------------------------------
     @property
@@ -266,6 +375,8 @@ class Coordinator:
             with self._session_factory() as session:
                 bind = session.get_bind()
             self._engine = bind.engine if isinstance(bind, Connection) else bind
+        if self._transaction_pooler:
+            poolers.no_prepared_statements(self._engine)  # idempotent; covers connections pooled already
         return self._engine
 
     def start(self, workers: Iterable[str] | None = None) -> None:
@@ -293,8 +404,11 @@ class Coordinator:
         engine = self.engine
         if engine.dialect.name == "sqlite":
             _sqlite_wal(engine)
+        _pause_table(engine)
         # Every registered worker counts, started here or not: other pods start the others.
         router = Router(self._registry.values())
+        fed = self._fed_sources(engine, [w.key.table for w in selected])
+        hint = poolers.Hint(transaction_pooler=self._transaction_pooler)
         self._loops = [
             WorkerLoop(
                 w,
@@ -304,6 +418,8 @@ class Coordinator:
                 observer=self._observers,
                 on_item_done=router.item_done,
                 secrets=self._secrets,
+                fed=w.key.table.name in fed,
+                hint=hint,
             )
             for w in selected
         ]
@@ -311,11 +427,21 @@ class Coordinator:
         self._listener = self._make_listener(engine, router)
         if self._listener is not None:
             router.announce = self._listener.announce_done
+        self._feed = self._make_feed(engine, router, fed)
+        if self._feed is not None:
+            router.announce = self._feed.announce_done
+            self._feed.prime()  # before the loops' first claims: what comes after is in it
         if engine.dialect.name == "sqlite":
-            self._watcher = sqlite.DataVersionWatcher(engine, router.committed, secrets=self._secrets)
+            # A commit seen: the change table names what changed (every write to a source,
+            # give-backs, resets, ended items others wait for). Without it every loop looks.
+            on_change = router.committed if self._feed is None else self._feed.read_now
+            self._watcher = sqlite.DataVersionWatcher(engine, on_change, secrets=self._secrets)
+        scheduled = [(w.schedule, w.table) for w in selected if w.schedule is not None]
+        if scheduled:
+            self._ticker = inserter.TickInserter(engine, scheduled, wake=self.wake, secrets=self._secrets)
         self._keeper = LeaseKeeper(
             self._loops, lease_seconds=self._settings.lease_seconds,
-            observer=self._observers, secrets=self._secrets,
+            observer=self._observers, secrets=self._secrets, hint=hint,
         )
         self._observers.coordinator_started(
             dialect=self.dialect_name, slots={w.name: w.concurrency for w in selected}
@@ -328,12 +454,20 @@ class Coordinator:
             self._listener.start()
         if self._watcher is not None:
             self._watcher.start()
+        if self._feed is not None:
+            self._feed.start()
+        if self._ticker is not None:
+            self._ticker.start()
 
     def _child_config(self, worker: RegisteredWorker) -> ChildConfig:
+        url = self._url.render_as_string(hide_password=False)
         config = ChildConfig(
             worker=worker.name,
-            database_url=self._url.render_as_string(hide_password=False),
-            engine_options=self._engine_options,
+            database_url=url,
+            engine_options=(
+                poolers.child_engine_options(self._engine_options, url)
+                if self._transaction_pooler else self._engine_options
+            ),
             handler=worker.handler,
             source=worker.source,
             parent_pid=os.getpid(),
@@ -350,9 +484,44 @@ class Coordinator:
             ) from None
         return config
 
+    def _fed_sources(self, engine: Engine, sources: list[sa.Table]) -> set[str]:
+        """Names of the source tables with the wake-up triggers (and a reader for them)."""
+        postgres_listens = self._listens(engine)
+        try:
+            with connect(engine) as conn:
+                if postgres_listens:
+                    return {t.name for t in sources if notify.installed(conn, t)}
+                if engine.dialect.name == "postgresql" or upgrade.missing(engine, [sql_changes.TABLE]):
+                    return set()
+                return {t.name for t in sources if sql_changes.has_triggers(conn, t)}
+        except Exception as exc:  # noqa: BLE001 - polling covers it
+            log.info("dbworker: could not look for the wake-up triggers: %s", redact.describe(exc, self._secrets))
+            return set()
+
+    def _make_feed(self, engine: Engine, router: Router, fed: set[str]) -> changes.ChangeFeed | None:
+        """MySQL/MariaDB and SQLite: the change table's reader, where its triggers are installed."""
+        if engine.dialect.name == "postgresql":
+            return None
+        if not fed:
+            log.info("dbworker: no wake-up triggers on the source tables (`dbworker migrate` installs "
+                     "them): workers poll")  # fmt: skip
+            return None
+        return changes.ChangeFeed(engine, router.notified, router.committed, secrets=self._secrets)
+
+    def _listens(self, engine: Engine) -> bool:
+        """Whether a PostgreSQL listener runs: psycopg, and a session to LISTEN on (not
+        through a transaction pooler unless ``listen_url`` gives a direct one)."""
+        psycopg = engine.dialect.name == "postgresql" and engine.dialect.driver == "psycopg"
+        return psycopg and (self._listen_url is not None or not self._transaction_pooler)
+
     def _make_listener(self, engine: Engine, router: Router) -> postgres.Listener | None:
-        if engine.dialect.name != "postgresql" or engine.dialect.driver != "psycopg":
+        if not self._listens(engine):
+            if engine.dialect.name == "postgresql" and self._transaction_pooler:
+                log.info(poolers.POLL_ONLY)
             return None  # polling only
+        if self._listen_url is not None:
+            # A session of its own on the server itself, opened and closed by the listener.
+            engine = sa.create_engine(self._listen_url, poolclass=NullPool)
         return postgres.Listener(engine, router.notified, secrets=self._secrets)
 
     def stop(self, timeout: float | None = None) -> None:
@@ -371,6 +540,8 @@ class Coordinator:
         self._observers.draining(draining=True)
         for loop in self._loops:
             loop.request_stop()
+        if self._ticker is not None:
+            self._ticker.stop()  # no tick is inserted that a draining fleet would leave unrun
         deadline = None if timeout is None else time.monotonic() + timeout
         while any(loop.alive for loop in self._loops):
             if self._abort.is_set() or (deadline is not None and time.monotonic() >= deadline):
@@ -408,6 +579,11 @@ class Coordinator:
             self._listener.stop()
         if self._watcher is not None:
             self._watcher.stop()
+        if self._feed is not None:
+            self._feed.stop()
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker.thread.join(max(0.0, end - time.monotonic()))
         if self._keeper is not None:
             self._keeper.stop()
             self._keeper.thread.join(max(0.0, end - time.monotonic()))
@@ -445,6 +621,16 @@ def _check_layout(engine: Engine, work_tables: list[sa.Table]) -> None:
             f"work tables need an upgrade ({named}): run `dbworker migrate MODULE:ATTR` or "
             "coordinator.upgrade_worker_tables() (create_worker_tables() does it too) before start()"
         )
+
+
+def _pause_table(engine: Engine) -> None:
+    # Loops read pauses every second: a database migrated by an older release gets the table
+    # here (idempotent); one that cannot be reached now or refuses DDL is logged, not fatal.
+    try:
+        if upgrade.missing(engine, [pauses.TABLE]):
+            upgrade.ensure(engine, [pauses.TABLE])
+    except Exception as exc:  # noqa: BLE001 - the loops outlive database errors
+        log.info("dbworker: could not create the %s table: %s", pauses.TABLE_NAME, redact.describe(exc))
 
 
 def _sqlite_wal(engine: Engine) -> None:

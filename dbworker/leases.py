@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 from dbworker import redact
 from dbworker.backoff import Backoff
 from dbworker.observe import Observer
-from dbworker.sql import claims
+from dbworker.sql import claims, poolers
 from dbworker.sql.claims import Claim
 from dbworker.sql.dialects import connect
 from dbworker.workers import RegisteredWorker
@@ -51,8 +51,10 @@ class LeaseKeeper:
         lease_seconds: float,
         observer: Observer,
         secrets: tuple[str, ...],
+        hint: poolers.Hint | None = None,
     ) -> None:
         self._loops = list(loops)
+        self._hint = hint or poolers.Hint(transaction_pooler=False)
         self._lease = lease_seconds
         self._interval = lease_seconds / 3
         self._observer = observer
@@ -89,6 +91,7 @@ class LeaseKeeper:
                 lost = claims.renew(conn, loop.worker.table, running, lease_seconds=self._lease)
         except Exception as exc:
             log.warning("dbworker worker %s: database error during renew: %s", name, redact.describe(exc, self._secrets))
+            self._hint.check(name, exc)
             self._observer.db_error(name, operation="renew", error=exc)
             self._observer.renewed(name, result="error", count=len(running))
             return False

@@ -9,6 +9,7 @@ It claims only while it has idle handler processes, waits ``poll_seconds`` (doub
 from __future__ import annotations
 
 import collections
+import functools
 import heapq
 import logging
 import socket
@@ -24,7 +25,7 @@ from dbworker.backoff import Backoff
 from dbworker.observe import Observer
 from dbworker.pool import Died, Done, EndReason, Pool, Skipped, describe_exit
 from dbworker.settings import Settings
-from dbworker.sql import attempts, claims, dialects, notify
+from dbworker.sql import attempts, changes, claims, dialects, notify, pauses, poolers, sweeps
 from dbworker.sql.dialects import connect
 from dbworker.sweep import Sweep
 from dbworker.workers import RegisteredWorker
@@ -39,6 +40,8 @@ PREFETCH_MAX_PER_SLOT = 16
 # How often a loop reads the soonest waiting items of its worker (at most max_poll_seconds):
 # an item another pod made wait is picked up within this much of its time.
 DUE_LOOKUP_SECONDS = 1.0
+# How often a loop reads whether its worker is paused fleet-wide (at most max_poll_seconds).
+PAUSE_LOOKUP_SECONDS = 1.0
 
 
 class Waker:
@@ -83,13 +86,17 @@ class WorkerLoop:
         observer: Observer,
         on_item_done: Callable[[str, Any], None],
         secrets: tuple[str, ...],
+        fed: bool = False,
+        hint: poolers.Hint | None = None,
     ) -> None:
+        """``fed``: the worker's source has the wake-up triggers (``sweep.FED_WRAP_SPACING``)."""
         self.worker = worker
         self.engine = engine
         self._settings = settings
         self._observer = observer
         self._on_item_done = on_item_done
         self._secrets = secrets
+        self._hint = hint or poolers.Hint(transaction_pooler=False)  # names a missing pooler setting
         # An item handed over behind one that runs longer than short handlers do is taken back.
         self.pool = Pool(child_config, worker.concurrency, recall_after=PREFETCH_BELOW_SECONDS,
                          timeout=worker.timeout)  # fmt: skip
@@ -102,14 +109,20 @@ class WorkerLoop:
         self._due_lock = threading.Lock()
         self._due_lookup_at = 0.0
         self._due_lookup_every = min(DUE_LOOKUP_SECONDS, settings.max_poll_seconds)
+        self.paused = False  # the worker is paused fleet-wide (sql/pauses.py): no claims
+        self._pause_lookup_at = 0.0
+        self._pause_lookup_every = min(PAUSE_LOOKUP_SECONDS, settings.max_poll_seconds)
         self._waker = Waker()
         self._stopping = threading.Event()
         self._claim_now = False
         # Where claims look (see sweep.py); our own items that end unfinished or are given
         # back are named there, so they are claimed by key.
+        postgres = engine.dialect.name == "postgresql"
         self.sweep = Sweep(
-            keys_as_text=engine.dialect.name == "postgresql", max_poll_seconds=settings.max_poll_seconds
-        )
+            keys_as_text=postgres, max_poll_seconds=settings.max_poll_seconds,
+            parse_key=None if postgres else functools.partial(changes.as_key, key=worker.key), fed=fed,
+        )  # fmt: skip
+        self._fleet_wrap = False  # this loop won the fleet's wrap (sql.sweeps): record it
         self._queue: collections.deque[claims.Claim] = collections.deque()
         self._queue_lock = threading.Lock()
         self._lost: set[str] = set()  # tokens of handed-over claims found lost (see claims_lost)
@@ -266,7 +279,7 @@ class WorkerLoop:
                 if not self.pool.busy_claims():
                     return
             now = time.monotonic()
-            can_claim = not stopping and self._wanted() > 0
+            can_claim = not stopping and not self.paused and self._wanted() > 0
             if can_claim:
                 timeout = max(0.0, next_claim - now)
             else:
@@ -279,6 +292,9 @@ class WorkerLoop:
                 if now >= self._due_lookup_at:
                     self._look_up_due(now)
                 timeout = min(timeout, max(0.0, self._due_lookup_at - now))
+                if now >= self._pause_lookup_at:
+                    self._look_up_pause(now)
+                timeout = min(timeout, max(0.0, self._pause_lookup_at - now))
             due = self._take_due(now)
             if due is not None and can_claim:  # wake when the next waiting item is due
                 timeout = min(timeout, max(0.0, due - now))
@@ -298,7 +314,7 @@ class WorkerLoop:
                 continue
             now = time.monotonic()
             want = self._wanted()
-            if want > 0 and now >= next_claim:
+            if want > 0 and now >= next_claim and not self.paused:
                 try:
                     taken = self._claim(want)
                 except Exception as exc:  # noqa: BLE001 - the loop outlives every database error
@@ -335,9 +351,11 @@ class WorkerLoop:
         w, sweep = self.worker, self.sweep
         start = time.perf_counter()
         now = time.monotonic()
-        sweep.begin(now)
+        ask = sweep.begin(now)
         taken: list[claims.Claim] = []
         with connect(self.engine) as conn:
+            if ask:
+                self._take_turn(conn, now)
             named, unnamed = sweep.take_named()
             wrapped = sweep.wrapping
             if named:
@@ -374,13 +392,62 @@ class WorkerLoop:
                 self._queue.extend(taken)
             self._dispatch()
 
+    def _take_turn(self, conn: Connection, now: float) -> None:
+        """Ask the fleet whether this loop walks the history now (see ``sql.sweeps``)."""
+        try:
+            turn = sweeps.take(conn, self.worker.name, spacing=self.sweep.least_spacing)
+        except Exception as exc:  # noqa: BLE001 - without the table (not migrated) it wraps alone
+            log.debug("dbworker worker %s: fleet wrap unknown (%s); wrapping here", self.worker.name,
+                      redact.describe(exc, self._secrets))  # fmt: skip
+            self.sweep.turn(now, won=True, due_in=0.0)
+            return
+        low: Any = None
+        if turn.low is not None:
+            low = changes.as_key(turn.low.removeprefix(sweeps.TOP), self.worker.key)
+            if not turn.low.startswith(sweeps.TOP):  # the lowest claimable key itself
+                low = low - 1 if isinstance(low, int) and not isinstance(low, bool) else None
+        starting = not self.sweep.started
+        self.sweep.turn(now, won=turn.won, due_in=turn.due_in, low=low)
+        self._fleet_wrap = turn.won
+        if starting and not self.sweep.wrapping:
+            # Starting where the fleet's last wrap left off: items made claimable again since
+            # (given back by pods that stopped, reset) may lie below it.
+            ready = claims.ready_unfinished(conn, self.worker.table, notify.MAX_NAMED_ROWS + 1)
+            if len(ready) > notify.MAX_NAMED_ROWS:
+                self.sweep.cursor = None  # too many to name: walk from the first row
+            for source_id in ready:
+                self.sweep.claimable_again(source_id)
+
     def _sweep(self, conn: Connection, limit: int) -> list[claims.Claim]:
         """The sweep's next round, from the cursor (None: from the start); moves the cursor."""
+        wrap = self.sweep.wrapping
         rnd = self._round(conn, limit)
-        if rnd.swept and self.sweep.advance(rnd.last_key):
+        if rnd.swept and self.sweep.advance(rnd.last_key, inclusive=rnd.inclusive):
             self.sweep.at_top(claims.top_key(conn, self.worker.key))
+        if wrap and self._fleet_wrap:
+            self._fleet_wrap = False
+            self._record_wrap(conn, rnd, full=len(rnd.taken) >= limit)
         self._enqueue(rnd.taken)
         return rnd.taken
+
+    def _record_wrap(self, conn: Connection, rnd: claims.Round, *, full: bool) -> None:
+        """Tell the fleet where this loop's wrap left off, and when the next is due. A wrap
+        that took all it could may have left claimable rows behind other pods' cursors:
+        they are told to look (a wake-up naming no row).
+        """
+        if rnd.taken:
+            found = rnd.last_key if rnd.inclusive else rnd.taken[0].source_id
+            low = notify.key_text(found)
+        else:
+            top = notify.key_text(self.sweep.cursor) if self.sweep.cursor is not None else ""
+            low = None if top is None else sweeps.TOP + top
+        try:
+            sweeps.record(conn, self.worker.name, low, spacing=self.sweep.wrap_spacing)
+            if full:
+                notify.announce_table(conn, self.worker.key.table.name)
+                conn.commit()
+        except Exception as exc:  # noqa: BLE001 - the loop outlives every database error
+            self._db_error("claim", exc)
 
     def _round(self, conn: Connection, limit: int, keys: list[Any] | None = None) -> claims.Round:
         """One claim round trip: of the rows named by ``keys``, else the sweep's next rows."""
@@ -395,6 +462,7 @@ class WorkerLoop:
             lease_seconds=self._settings.lease_seconds,
             after=self.sweep.cursor if keys is None else None,
             keys=keys,
+            inclusive=self.sweep.inclusive,
         )
         if wrap:
             self.sweep.wrapped(started=start, now=time.monotonic())
@@ -413,6 +481,8 @@ class WorkerLoop:
             self._mean_seconds = report.seconds if mean is None else 0.8 * mean + 0.2 * report.seconds
             if outcome in (messages.UNFINISHED, messages.RETRIED):
                 self._wait_until(ev.claim.source_id, report.after)
+            if outcome in (messages.FAILED, messages.RETRIED, messages.RETRY):
+                self._hint.check(name, report.summary)  # the load or the commit, through a pooler
             if outcome == messages.RETRIED:
                 log.warning(
                     "dbworker worker %s: handler failed for item %r, retried in %.3g s: %s%s",
@@ -487,17 +557,40 @@ class WorkerLoop:
         return False
 
     def _look_up_due(self, now: float) -> None:
-        """Read the soonest waiting items through the not_before index; wait for each."""
+        """Read the soonest waiting items through the not_before index, and with a due
+        column the soonest due source rows through its index; wait for each.
+        """
         self._due_lookup_at = now + self._due_lookup_every
+        overdue = 2 * self._due_lookup_every
         try:
             with connect(self.engine) as conn:
-                waiting = attempts.due(conn, self.worker.table, notify.MAX_NAMED_ROWS,
-                                       overdue=2 * self._due_lookup_every)  # fmt: skip
+                waiting = attempts.due(conn, self.worker.table, notify.MAX_NAMED_ROWS, overdue=overdue)
+                if self.worker.due is not None:
+                    waiting += attempts.source_due(conn, self.worker.table, self.worker.due,
+                                                   notify.MAX_NAMED_ROWS, within=overdue)  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - the loop outlives every database error
             self._db_error("claim", exc)
             return
         for source_id, seconds in waiting:
             self._wait_until(source_id, seconds)
+
+    def _look_up_pause(self, now: float) -> None:
+        """Read whether the worker is paused; on resuming, claim at once. An error keeps the
+        last state (the lookup is tried again in a second)."""
+        self._pause_lookup_at = now + self._pause_lookup_every
+        try:
+            with connect(self.engine) as conn:
+                paused = pauses.is_paused(conn, self.worker.name)
+        except Exception as exc:  # noqa: BLE001 - the loop outlives every database error
+            self._db_error("claim", exc)
+            return
+        if paused == self.paused:
+            return
+        self.paused = paused
+        log.info("dbworker worker %s: %s", self.worker.name, "paused: not claiming" if paused else "resumed")
+        self._observer.paused(self.worker.name, paused=paused)
+        if not paused:
+            self._claim_now = True
 
     def _attempt_failed(self, claim: claims.Claim, error: str) -> str:
         """Record an attempt whose process ended with the item (died, timed out): retried if
@@ -545,6 +638,7 @@ class WorkerLoop:
             "dbworker worker %s: database error during %s: %s",
             self.worker.name, operation, redact.describe(exc, self._secrets),
         )
+        self._hint.check(self.worker.name, exc)
         self._observer.db_error(self.worker.name, operation=operation, error=exc)
 
 

@@ -49,6 +49,9 @@ class Observer:
     def draining(self, *, draining: bool) -> None:
         """The coordinator stopped claiming and is waiting for running handlers."""
 
+    def paused(self, worker: str, *, paused: bool) -> None:
+        """``worker`` was found paused (or resumed) fleet-wide: its loop stopped (or resumed) claiming."""
+
 
 class Observers(Observer):
     """Fans every event out to the registered observers; one failing observer harms none."""
@@ -100,6 +103,10 @@ class Observers(Observer):
     def draining(self, *, draining: bool) -> None:
         for o in self._each():
             _safely(o.draining, draining=draining)
+
+    def paused(self, worker: str, *, paused: bool) -> None:
+        for o in self._each():
+            _safely(o.paused, worker, paused=paused)
 
 
 def _safely(fn: object, *args: object, **kwargs: object) -> None:

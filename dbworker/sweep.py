@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from dbworker.sql import notify
@@ -21,6 +21,13 @@ from dbworker.sql import notify
 # least this many times as long as the last took, so wraps cost at most about 1% of the
 # time whatever the history (100,000 finished items: ~0.1 s on PostgreSQL here).
 WRAP_SPACING = 100
+# With wake-up triggers on the source every write to it names its rows, so a periodic wrap
+# only finds rows made claimable by something else (another table its eligible query
+# reads, the clock): it waits this many times as long as the last took, and at least
+# FED_WRAP_POLLS polls. Idle, a fleet's wraps then cost about 0.01% of a core per loop,
+# whatever the history. Wake-ups that name no row still wrap at WRAP_SPACING.
+FED_WRAP_SPACING = 10_000
+FED_WRAP_POLLS = 6
 # Keys of items this loop saw end recently: a notification for one of them is most likely
 # its handler's own write to its row, which needs no claim.
 RECENT_ENDED = 1024
@@ -34,13 +41,21 @@ class Sweep:
     ``max_poll_seconds``: the longest a wrap, or a look for expired claims, waits.
     """
 
-    def __init__(self, *, keys_as_text: bool, max_poll_seconds: float) -> None:
+    def __init__(self, *, keys_as_text: bool, max_poll_seconds: float,
+                 parse_key: Callable[[str], Any] | None = None, fed: bool = False) -> None:  # fmt: skip
         self.keys_as_text = keys_as_text
+        self.fed = fed  # the source has the wake-up triggers (see FED_WRAP_SPACING)
+        # Elsewhere, a wake-up's key texts (the change table's) as claims take keys; None
+        # for a text it cannot read (that wake-up names no row).
+        self._parse_key = parse_key
         self._max_poll = max_poll_seconds
         self._lock = threading.Lock()
         # The cursor: the last key the sweep saw; None means the next round starts a wrap.
         self.cursor: Any = None
-        self._wrap_at = 0.0  # when the next wrap is due in any case
+        self.inclusive = False  # the next round starts at the cursor's key, not after it
+        self._wrap_at = 0.0  # when the next periodic wrap is due (see begin and turn)
+        self._spacing = 0.0
+        self._started = False  # a first claim was made (or asked the fleet)
         # Between wraps, expired claims (a dead process's items) are looked up through the
         # lease index every max_poll_seconds and claimed by key: wraps may be far apart.
         self._expired_at = 0.0
@@ -53,8 +68,8 @@ class Sweep:
         self._unnamed = False
         self._wrap_allowed_at = 0.0  # ... when such a wake-up may wrap (see WRAP_SPACING)
         self.wrap_owed = False  # ... one could not have it yet: due at wrap_allowed_at
-        self._ended: collections.deque[str] = collections.deque(maxlen=RECENT_ENDED)
-        self._ended_set: set[str] = set()
+        self._ended: collections.deque[Any] = collections.deque(maxlen=RECENT_ENDED)
+        self._ended_set: set[Any] = set()
 
     # --- what wake-ups and outcomes tell it (any thread) ---------------------------------
     def wake(self, keys: Iterable[str] = (), *, again: bool = False) -> None:
@@ -67,9 +82,14 @@ class Sweep:
         if keys and self.keys_as_text:
             for key in keys:
                 self.name(key, again=again)
-        else:
-            with self._lock:
-                self._unnamed = True
+            return
+        parsed = [self._parse_key(k) for k in keys] if keys and self._parse_key is not None else [None]
+        if None not in parsed:
+            for value in parsed:
+                self.name(value, again=again)
+            return
+        with self._lock:
+            self._unnamed = True
 
     def name(self, key: Any, *, again: bool = False) -> None:
         """Have the next claim take ``key``'s row by key (in ``claims.claim``'s form of keys)."""
@@ -99,7 +119,7 @@ class Sweep:
 
     def ended(self, source_id: Any) -> None:
         """An item of this loop finished or failed: later notifications of it are its own writes."""
-        key = notify.key_text(source_id)
+        key = notify.key_text(source_id) if self.keys_as_text else source_id
         if key is None:
             return  # no text form to match notifications against
         with self._lock:
@@ -109,10 +129,48 @@ class Sweep:
             self._ended_set.add(key)
 
     # --- one claim, in the loop's thread -----------------------------------------------
-    def begin(self, now: float) -> None:
-        """A claim starts at ``now`` (monotonic): wrap if one is due."""
-        if now >= self._wrap_at or (self.wrap_owed and now >= self._wrap_allowed_at):
+    def begin(self, now: float) -> bool:
+        """A claim starts at ``now`` (monotonic): wrap if a wake-up's wrap is owed and its
+        spacing allows. True when a periodic wrap (or the first claim's) is due: the loop
+        asks the fleet whose it is and tells ``turn`` the answer.
+        """
+        if self.wrap_owed and now >= self._wrap_allowed_at:
             self.cursor = None
+            self._started = True
+            return False
+        if now < self._wrap_at:
+            return False
+        return self.cursor is not None or not self._started
+
+    def turn(self, now: float, *, won: bool, due_in: float, low: Any = None, inclusive: bool = False) -> None:
+        """The fleet's answer to ``begin``: ``won``, wrap now; else the next periodic wrap is
+        the fleet's, ``due_in`` seconds from now, and a first claim starts at ``low``, where
+        the last wrap left off (None: unknown, so it wraps itself).
+        """
+        first = not self._started
+        self._started = True
+        if won:
+            self.cursor = None
+            return
+        self._wrap_at = now + due_in
+        if first:
+            self.cursor = low
+            self.inclusive = inclusive and low is not None
+
+    @property
+    def started(self) -> bool:
+        """A first claim was made (or asked the fleet)."""
+        return self._started
+
+    @property
+    def wrap_spacing(self) -> float:
+        """Seconds from the end of the last wrap to the next periodic one."""
+        return self._spacing
+
+    @property
+    def least_spacing(self) -> float:
+        """The shortest spacing of periodic wraps (before their cost is known)."""
+        return (FED_WRAP_POLLS if self.fed else 1) * self._max_poll
 
     @property
     def wrapping(self) -> bool:
@@ -142,19 +200,25 @@ class Sweep:
 
     def wrapped(self, *, started: float, now: float) -> None:
         """A round from the first row ran from ``started`` to ``now``: space the next wrap."""
-        self._wrap_allowed_at = now + WRAP_SPACING * (now - started)
+        took = now - started
+        self._wrap_allowed_at = now + WRAP_SPACING * took
         self.wrap_owed = False
-        self._wrap_at = max(self._wrap_allowed_at, now + self._max_poll)
+        self._started = True
+        self._spacing = max((FED_WRAP_SPACING if self.fed else WRAP_SPACING) * took, self.least_spacing)
+        self._wrap_at = now + self._spacing
         self._expired_at = now + self._max_poll  # this wrap saw them
 
-    def advance(self, last_key: Any) -> bool:
-        """A sweep round saw keys up to ``last_key`` (None: none). True when the caller must
-        call ``at_top`` with the source's top key: a wrap found nothing claimable at all.
+    def advance(self, last_key: Any, *, inclusive: bool = False) -> bool:
+        """A sweep round saw keys up to ``last_key`` (None: none); the next starts after it
+        (``inclusive``: at it). True when the caller must call ``at_top`` with the source's
+        top key: nothing past the cursor was claimable, so the finished rows there are not
+        walked again by every poll until the next wrap.
         """
         if last_key is not None:
             self.cursor = last_key
+            self.inclusive = inclusive
             return False
-        return self.cursor is None
+        return True
 
     def at_top(self, top_key: Any) -> None:
         """Nothing is claimable in the whole source: later rounds start at its top key.
@@ -163,6 +227,7 @@ class Sweep:
         the next wrap, unless a wake-up names it or looks behind the cursor.
         """
         self.cursor = top_key
+        self.inclusive = False
 
     def behind(self, now: float) -> bool:
         """A wake-up named no row and too little was found past the cursor to explain it:

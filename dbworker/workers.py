@@ -16,7 +16,10 @@ from sqlalchemy.orm import Session
 
 from dbworker.contract import Eligible, ExecutionStatus, Handler
 from dbworker.retries import Retry
-from dbworker.sql import attempts, status, tables
+from dbworker.schedules import ticks
+from dbworker.schedules.policy import Schedule
+from dbworker.sql import attempts, pauses, status, tables, upgrade
+from dbworker.sql.due import Due
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -34,6 +37,8 @@ class RegisteredWorker:
     key: sa.Column[Any]
     retry: Retry | None = None
     timeout: float | None = None  # seconds a handler may run before it is ended
+    due: Due | None = None  # transactional_worker(due=...): ``eligible`` is this, narrowed to due rows
+    schedule: Schedule | None = None  # coordinator.periodic(...): the source is the ticks table
 
 
 def check_name(name: object) -> str:
@@ -115,6 +120,46 @@ class WorkerView:
     def failed(self, session: Session, *, limit: int = 100) -> list[tuple[Any, str | None]]:
         """Up to ``limit`` failed items as (source_id, error)."""
         return status.failed(session, self._w.table, limit=limit)
+
+    def pause(self, session: Session, *, by: str | None = None) -> bool:
+        """Stop claiming for this worker in every coordinator (each sees it within a second,
+        running handlers finish); True if it was not paused. ``by`` is recorded as who did
+        it. The caller commits.
+        """
+        return pauses.pause(session.connection(), self.name, by=by)
+
+    def resume(self, session: Session) -> bool:
+        """Undo ``pause``; True if it was paused. The caller commits."""
+        return pauses.resume(session.connection(), self.name)
+
+    def paused(self, session: Session) -> bool:
+        """Whether this worker is paused fleet-wide."""
+        return pauses.is_paused(session.connection(), self.name)
+
+    def missing_due_index(self, session: Session) -> str | None:
+        """With a ``due`` column that no index starts with: the ``CREATE INDEX`` to run (the
+        due-time lookup reads that index every second); else None.
+        """
+        due = self._w.due
+        if due is None or due.column.name in upgrade.leading_columns(session.connection(), due.column.table):
+            return None
+        table = due.column.table.name
+        return f"CREATE INDEX ix_{table}_{due.column.name} ON {table} ({due.column.name})"
+
+    def schedule(self, session: Session) -> dict[str, Any] | None:
+        """A periodic worker's schedule: ``schedule`` (as written), ``next_due_at`` (naive UTC,
+        on the database's clock) and ``last`` (the latest tick that ended: ``tick``, ``due_at``,
+        ``execution_status``, ``error``; None before the first); None for other workers.
+        """
+        timing = self._w.schedule
+        if timing is None:
+            return None
+        conn = session.connection()
+        return {
+            "schedule": timing.policy.describe(),
+            "next_due_at": timing.policy.following(ticks.server_now(conn)),
+            "last": ticks.last_result(conn, self.name, self._w.table),
+        }
 
     def __repr__(self) -> str:
         return f"<worker {self.name!r} over {self._w.source.__name__}, concurrency {self.concurrency}>"

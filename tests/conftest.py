@@ -18,6 +18,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import sessionmaker
 
+from tests import pooler
+
 PG_ADMIN_URL = os.environ.get("DBWORKER_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 MARIADB_ADMIN_URL = os.environ.get("DBWORKER_TEST_MARIADB", "mysql+pymysql://root@127.0.0.1:3306/test")
 BACKENDS = ("sqlite", "postgresql", "mariadb")
@@ -37,6 +39,9 @@ class Database:
 
 
 def _postgres(name: str) -> Iterator[Database]:
+    if pooler.enabled():
+        yield from _postgres_pooled(name)
+        return
     admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with admin.connect() as conn:
         conn.exec_driver_sql(f'CREATE SCHEMA "{name}"')
@@ -50,6 +55,18 @@ def _postgres(name: str) -> Iterator[Database]:
             # Sessions left by killed processes would block the drop.
             conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
         admin.dispose()
+
+
+def _postgres_pooled(name: str) -> Iterator[Database]:
+    # Through PgBouncer (tests/pooler.py): a database per test, since it drops search_path.
+    pooler.create_database(name)
+    url = pooler.shared().url(name)
+    engine = sa.create_engine(url, pool_pre_ping=True, **pooler.engine_options(url))
+    try:
+        yield Database("postgresql", url, engine)
+    finally:
+        engine.dispose()
+        pooler.drop_database(name)
 
 
 def _mariadb(name: str) -> Iterator[Database]:

@@ -1,4 +1,5 @@
-"""The one-shot commands: ``dbworker migrate``, ``inspect``, ``retry`` and ``cancel``; each prints and returns 0.
+"""The one-shot commands: ``dbworker migrate``, ``inspect``, ``retry``, ``cancel``, ``pause`` and
+``resume``; each prints and returns 0.
 
 They act on an already loaded Coordinator (``app`` loads and checks it) and need no pod
 extra. Schema steps are the Coordinator's, status reads and resets its worker views'; this
@@ -24,11 +25,13 @@ FAILED_LIMIT = 100
 
 
 def migrate(options: opts.Options, coordinator: dbworker.Coordinator) -> int:
-    """Create or upgrade the work tables (and the wake-up triggers if asked); exit 0."""
+    """Create or upgrade the work tables and the wake-up triggers (unless opted out); exit 0."""
     app.ping(coordinator)
+    if options["no_wakeup_triggers"] and options["notify_triggers"]:
+        raise termination.CommandError("--no-wakeup-triggers and --notify-triggers contradict each other; pass one")
+    wanted = not options["no_wakeup_triggers"]
     try:
-        coordinator.upgrade_worker_tables()
-        triggers = coordinator.install_notify_triggers() if options["notify_triggers"] else []
+        coordinator.upgrade_worker_tables(wakeup_triggers=wanted)
     except Exception as exc:
         raise termination.CommandError(
             f"migrating work tables failed: {termination.one_line(exc)}",
@@ -36,8 +39,13 @@ def migrate(options: opts.Options, coordinator: dbworker.Coordinator) -> int:
         ) from None
     tables = [coordinator.workers[name].table.name for name in coordinator.workers]
     print(f"work tables up to date: {', '.join(tables) or '(no workers)'}")
-    if options["notify_triggers"]:
-        print(f"wake-up triggers: {', '.join(triggers) or 'none (not PostgreSQL: workers poll)'}")
+    print("wake-up triggers: " + ("on every source table" if wanted else "none (workers poll)"))
+    for name in coordinator.workers:
+        with orm.Session(coordinator.engine) as session:
+            create = coordinator.workers[name].missing_due_index(session)
+        if create is not None:
+            print(f"worker {name}: no index starts with its due column (the due-time lookup reads "
+                  f"one every second); create it: {create}", file=sys.stderr)  # fmt: skip
     return termination.EXIT_OK
 
 
@@ -59,6 +67,9 @@ def inspect(options: opts.Options, coordinator: dbworker.Coordinator) -> int:
         print(json.dumps({"workers": report}, default=str, indent=2))
         return termination.EXIT_OK
     print(render_table(report))
+    schedules = render_schedules(report)
+    if schedules:
+        print(f"\nschedules:\n{schedules}")
     for entry in report:
         if "failed" in entry:
             print(
@@ -80,24 +91,46 @@ def inspect_report(
         with orm.Session(coordinator.engine) as session:
             counts = view.counts(session)
             failures = view.failed(session, limit=FAILED_LIMIT) if failed else []
+            paused = view.paused(session)
+            schedule = view.schedule(session)
         claimable = coordinator.backlog(name, cap=INSPECT_CAP)
         entry: dict[str, Any] = {
             "worker": name,
             "table": view.table.name,
             "concurrency": view.concurrency,
+            "paused": paused,
             "counts": {s.value: int(counts.get(s, 0)) for s in dbworker.ExecutionStatus},
             "claimable": claimable,
             "claimable_capped": claimable >= INSPECT_CAP,
         }
+        if schedule is not None:
+            entry["schedule"] = schedule
         if failed:
             entry["failed"] = [{"id": sid, "error": error} for sid, error in failures]
         report.append(entry)
     return report
 
 
+def render_schedules(report: Sequence[Mapping[str, Any]]) -> str:
+    """One line per periodic worker of ``inspect``: its schedule, next due time, last result."""
+    lines = []
+    for e in report:
+        s = e.get("schedule")
+        if s is None:
+            continue
+        last = s["last"]
+        result = "none yet" if last is None else (
+            f"tick {last['tick']} due {last['due_at']:%Y-%m-%d %H:%M:%S} {last['execution_status']}"
+            + (f": {termination.first_line(last['error'])}" if last["error"] else "")
+        )
+        due = "never" if s["next_due_at"] is None else f"{s['next_due_at']:%Y-%m-%d %H:%M:%S} UTC"
+        lines.append(f"  {e['worker']}: {s['schedule']}; next due {due}; last {result}")
+    return "\n".join(lines)
+
+
 def render_table(report: Sequence[Mapping[str, Any]]) -> str:
     """The plain-text table of ``inspect``."""
-    header = ["WORKER", "WORKING", "UNFINISHED", "FINISHED", "FAILED", "CLAIMABLE"]
+    header = ["WORKER", "WORKING", "UNFINISHED", "FINISHED", "FAILED", "CLAIMABLE", "PAUSED"]
     rows = [header]
     for e in report:
         c = e["counts"]
@@ -110,6 +143,7 @@ def render_table(report: Sequence[Mapping[str, Any]]) -> str:
                 str(c["finished"]),
                 str(c["failed"]),
                 claimable,
+                "yes" if e.get("paused") else "",
             ]
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
@@ -136,6 +170,37 @@ def cancel(options: opts.Options, coordinator: dbworker.Coordinator) -> int:
         every=None, doing="cancelling items", done="cancelled {count} item(s)",
         left_alone="finished or failed already",
     )  # fmt: skip
+
+
+def pause(options: opts.Options, coordinator: dbworker.Coordinator) -> int:
+    """Pause the one ``--worker`` in every pod (recorded as paused by ``cli``); exit 0."""
+    return _pause_state(options, coordinator, pause=True)
+
+
+def resume(options: opts.Options, coordinator: dbworker.Coordinator) -> int:
+    """Resume the one ``--worker`` in every pod; exit 0."""
+    return _pause_state(options, coordinator, pause=False)
+
+
+def _pause_state(options: opts.Options, coordinator: dbworker.Coordinator, *, pause: bool) -> int:
+    (name,) = app.select_workers(coordinator, options)
+    view = coordinator.workers[name]
+    app.ping(coordinator)
+    app.require_tables(coordinator, [name], options)
+    try:
+        with orm.Session(coordinator.engine) as session:
+            changed = view.pause(session, by="cli") if pause else view.resume(session)
+            session.commit()
+    except Exception as exc:
+        raise termination.CommandError(
+            f"{'pausing' if pause else 'resuming'} worker {name!r} failed: {termination.one_line(exc)}",
+            termination.database_code(exc),
+        ) from None
+    if pause:
+        print(f"worker {name!r} {'paused' if changed else 'was paused already'}: every pod stops claiming for it within a second; running handlers finish")
+    else:
+        print(f"worker {name!r} {'resumed' if changed else 'was not paused'}")
+    return termination.EXIT_OK
 
 
 def _each_item(

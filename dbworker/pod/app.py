@@ -11,17 +11,14 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import uuid
 from collections.abc import Sequence
 from typing import Any
-
-import sqlalchemy as sa
 
 import dbworker
 from dbworker import settings
 from dbworker.pod import options as opts
 from dbworker.pod import termination
-from dbworker.sql import upgrade
+from dbworker.sql import pauses, tables, upgrade
 
 
 def load_app(spec: str) -> dbworker.Coordinator:
@@ -128,28 +125,24 @@ def apply_overrides(coordinator: dbworker.Coordinator, options: opts.Options) ->
     return {name: pairs.get(name, coordinator.workers[name].concurrency) for name in known}
 
 
+def apply_pooler(coordinator: dbworker.Coordinator, options: opts.Options) -> None:
+    """Apply ``--transaction-pooler`` and ``--listen-url`` (only those given) before anything
+    connects; ``CommandError`` (exit 2) naming the flag or variable. The URL is never echoed."""
+    given = {k: v for k in ("transaction_pooler", "listen_url") if (v := options.values.get(k)) is not None}
+    if not given:
+        return
+    try:
+        coordinator.configure(**given)
+    except ValueError as exc:
+        raise termination.CommandError(f"{', '.join(options.source(k) for k in given)}: {exc}") from None
+
+
 def convert_id(raw: str, source: Any) -> Any:
     """``raw`` as the type of ``source``'s primary key (int, UUID or text); ``CommandError`` (exit 2)."""
-    column = sa.inspect(source).primary_key[0]
     try:
-        python_type = column.type.python_type
-    except NotImplementedError:
-        return raw
-    if python_type is int:
-        try:
-            return int(raw)
-        except ValueError:
-            raise termination.CommandError(
-                f"item ID {raw!r} is not an integer (the primary key of {source.__name__})"
-            ) from None
-    if python_type is uuid.UUID:
-        try:
-            return uuid.UUID(raw)
-        except ValueError:
-            raise termination.CommandError(
-                f"item ID {raw!r} is not a UUID (the primary key of {source.__name__})"
-            ) from None
-    return raw
+        return tables.parse_key(raw, source)
+    except ValueError as exc:
+        raise termination.CommandError(str(exc)) from None
 
 
 def ping(coordinator: dbworker.Coordinator) -> None:
@@ -169,12 +162,12 @@ def require_tables(
     *,
     hint: str = "",
 ) -> None:
-    """``CommandError`` (exit 2) naming work tables that do not exist yet or have an older
-    layout, and the fix.
+    """``CommandError`` (exit 2) naming work tables (or dbworker's pause table) that do not
+    exist yet or have an older layout, and the fix.
     """
     tables = [coordinator.workers[name].table for name in workers]
     try:
-        missing = upgrade.missing(coordinator.engine, tables)
+        missing = upgrade.missing(coordinator.engine, [*tables, pauses.TABLE])
         lacking = upgrade.lacking_columns(coordinator.engine, tables)
     except Exception as exc:
         raise termination.CommandError(
@@ -183,7 +176,7 @@ def require_tables(
         ) from None
     if missing:
         raise termination.CommandError(
-            f"work table(s) {', '.join(missing)} do not exist; run `dbworker migrate {options.app}` "
+            f"table(s) {', '.join(missing)} do not exist; run `dbworker migrate {options.app}` "
             f"first{hint}"
         )
     if lacking:

@@ -3,7 +3,8 @@
 Every failure ends here in one line on stderr (``dbworker: <message>``), the same line with
 its reason token in the termination log (``dbworker[<Reason>]: <message>``) and its exit
 code; ``termination`` holds those codes, tokens and ``CommandError``. Options are
-``options``' job, the application ``app``'s, the commands ``run``'s and ``admin``'s.
+``options``' job, the application ``app``'s, the commands ``run``'s and ``admin``'s (the
+web console ``dbworker.console``'s).
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ def _main(args: list[str]) -> int:
     if options.command == "run":
         return _run(options)
     coordinator = _load(options)
+    if options.command == "console":
+        return _console(options, coordinator)
+    if options.command == "pause":
+        return admin.pause(options, coordinator)
+    if options.command == "resume":
+        return admin.resume(options, coordinator)
     if options.command == "migrate":
         return admin.migrate(options, coordinator)
     if options.command == "inspect":
@@ -70,8 +77,30 @@ def _run(options: opts.Options) -> int:
     return run.command(options, coordinator, shutdown)
 
 
+def _console(options: opts.Options, coordinator: dbworker.Coordinator) -> int:
+    logs.mask(*options["token"].values())  # sign-in secrets never reach a log line
+    try:
+        # Imported here: the console needs the `console` extra (FastAPI, Jinja2, itsdangerous).
+        from dbworker.console import server
+    except ImportError as exc:
+        raise termination.CommandError(
+            f"the console needs the console extra ({termination.one_line(exc)}); "
+            "install it with `pip install 'dbworker[console]'`"
+        ) from None
+    app.ping(coordinator)
+    app.require_tables(coordinator, list(coordinator.workers), options)
+    config = server.Config(
+        host=options["host"], port=options["port"], tokens=options["token"], read_only=options["read_only"]
+    )
+    try:
+        return server.serve(coordinator, config)
+    except ValueError as exc:
+        raise termination.CommandError(str(exc)) from None
+
+
 def _load(options: opts.Options) -> dbworker.Coordinator:
     coordinator = app.load_app(options.app)
+    app.apply_pooler(coordinator, options)  # before anything connects
     # The public database_url is masked already; these are the real secrets.
     logs.mask(*coordinator.secrets)
     return coordinator

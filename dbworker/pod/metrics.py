@@ -125,6 +125,12 @@ class WorkerMetrics(observe.Observer):
             "1 while the process has stopped claiming and waits for running handlers.",
             registry=registry,
         )
+        self.paused_gauge = Gauge(
+            "dbworker_paused",
+            "1 while the worker is paused fleet-wide (dbworker pause, the console): no claims.",
+            ["worker"],
+            registry=registry,
+        )
         self.build_info = Gauge(
             "dbworker_build_info",
             "Always 1; labels say the dbworker version and the database dialect.",
@@ -152,6 +158,7 @@ class WorkerMetrics(observe.Observer):
                     self.handler_slots.labels(worker)
                     self.backlog.labels(worker)
                     self.heartbeat_timestamp.labels(worker)
+                    self.paused_gauge.labels(worker)
                     for outcome in observe.OUTCOMES:
                         self.executions.labels(worker, outcome)
                         self.handler_duration.labels(worker, outcome)
@@ -200,6 +207,9 @@ class WorkerMetrics(observe.Observer):
 
     def draining(self, *, draining: bool) -> None:
         self.draining_gauge.set(1 if draining else 0)
+
+    def paused(self, worker: str, *, paused: bool) -> None:
+        self.paused_gauge.labels(worker).set(1 if paused else 0)
 
 
 class BacklogSampler:

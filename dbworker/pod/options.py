@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from dbworker import settings
+from dbworker.console import tokens
 from dbworker.pod import termination
 
 ENV_PREFIX = "DBWORKER_"
@@ -33,6 +34,7 @@ class Option:
     positive: bool = False
     choices: tuple[str, ...] = ()
     metavar: str | None = None
+    variable: str | None = None  # the variable's name when it is not DBWORKER_<FLAG>
 
     @property
     def dest(self) -> str:
@@ -40,12 +42,12 @@ class Option:
 
     @property
     def env(self) -> str:
-        return ENV_PREFIX + self.dest.upper()
+        return self.variable or ENV_PREFIX + self.dest.upper()
 
 
-ALL = ("run", "migrate", "inspect", "retry", "cancel")
+ALL = ("run", "migrate", "inspect", "retry", "cancel", "pause", "resume", "console")
 OPTIONS: tuple[Option, ...] = (
-    Option("--worker", "list", "run/show only this worker (repeatable; the variable takes a comma-separated list); default: all registered workers", ("run", "inspect", "retry", "cancel"), metavar="NAME"),
+    Option("--worker", "list", "run/show only this worker (repeatable; the variable takes a comma-separated list); default: all registered workers", ("run", "inspect", "retry", "cancel", "pause", "resume"), metavar="NAME"),
     Option("--concurrency", "pairs", "handler processes for worker NAME, overriding the code (repeatable; the variable takes a=2,b=3)", ("run",), metavar="NAME=N"),
     Option("--metrics-port", "int", "port for /metrics, /healthz and /readyz; 0 turns the HTTP server off", ("run",), default=9100, minimum=0, metavar="PORT"),
     Option("--metrics-host", "str", "address the HTTP server listens on", ("run",), default="0.0.0.0", metavar="HOST"),
@@ -55,10 +57,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("--poll-seconds", "float", "first wait after finding nothing claimable, overriding the code", ("run",), positive=True, metavar="SECONDS"),
     Option("--max-poll-seconds", "float", "longest wait between polls, overriding the code", ("run",), positive=True, metavar="SECONDS"),
     Option("--backlog-seconds", "float", "how often dbworker_backlog is sampled; 0 turns sampling off", ("run",), default=15.0, minimum=0, metavar="SECONDS"),
-    Option("--notify-triggers", "bool", "PostgreSQL: also install the wake-up trigger on each source table, so new and changed rows wake workers at once (LISTEN/NOTIFY) instead of at their next poll", ("migrate",), default=False),
+    Option("--no-wakeup-triggers", "bool", "leave the wake-up triggers off each source table, removing any there (they are installed by default, so new and changed rows wake workers at once instead of at their next poll)", ("migrate", "run"), default=False),
+    Option("--notify-triggers", "bool", "install the wake-up triggers (the default; kept for scripts written for 0.1)", ("migrate",), default=False),
     Option("--failed", "bool", "also list failed items with their errors", ("inspect",), default=False),
     Option("--json", "bool", "print JSON instead of a table", ("inspect",), default=False),
     Option("--all-failed", "bool", "reset every failed item of the worker", ("retry",), default=False),
+    Option("--port", "int", "port the console listens on", ("console",), default=8080, minimum=1, metavar="PORT"),
+    Option("--host", "str", "address the console listens on; without a token only a loopback address is allowed", ("console",), default="127.0.0.1", metavar="HOST"),
+    Option("--token", "list", "sign-in token, SECRET or NAME=SECRET (NAME is logged with each action); repeatable, the variable takes a comma-separated list", ("console",), metavar="TOKEN", variable="DBWORKER_CONSOLE_TOKEN"),
+    Option("--read-only", "bool", "show no actions and refuse every action request", ("console",), default=False),
+    Option("--transaction-pooler", "bool", "the database URL goes through a transaction pooler (PgBouncer pool_mode=transaction): no prepared statements, and LISTEN only on --listen-url (else workers poll); overrides the code when given", ALL, default=None),
+    Option("--listen-url", "str", "a direct PostgreSQL URL (not the pooler's) for the one connection that LISTENs for wake-ups; overrides the code", ("run",), metavar="URL"),
     Option("--log-format", "str", "log line format", ALL, default="text", choices=("text", "json")),
     Option("--log-level", "str", "log level", ALL, default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
 )  # fmt: skip
@@ -68,7 +77,11 @@ COMMAND_HELP = {
     "inspect": "print per worker how many items are in each status and how many are claimable now",
     "retry": "reset failed items of one worker so they are claimed again",
     "cancel": "cancel items of one worker: they fail with the error 'cancelled' and running handlers end",
+    "pause": "stop claiming for one worker in every pod (running handlers finish)",
+    "resume": "resume claiming for a paused worker in every pod",
+    "console": "serve the web console: workers, items, retry, cancel, pause (see docs/console.md)",
 }
+COMMANDS_TEXT = ", ".join(ALL)
 EPILOG = (
     "Every option can also be set by the variable DBWORKER_<OPTION> (e.g. DBWORKER_DRAIN_SECONDS=60; "
     "the flag wins). The database URL is the application's business (typically DATABASE_URL). "
@@ -103,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The top-level parser (for ``dbworker --help``); each command has its own below."""
     parser = _Parser(
         prog="dbworker",
-        description="Run, migrate, inspect, retry and cancel an application's dbworker workers.",
+        description="Run, migrate, inspect, retry, cancel and pause an application's dbworker workers, and serve their console.",
         epilog=EPILOG,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -148,12 +161,12 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> Options:
     if not argv or argv[0].startswith("-"):
         build_parser().parse_args(argv)  # --help exits here; anything else is an error
         raise termination.CommandError(
-            "missing command; use one of run, migrate, inspect, retry, cancel (see `dbworker --help`)"
+            f"missing command; use one of {COMMANDS_TEXT} (see `dbworker --help`)"
         )
     command = argv[0]
     if command not in ALL:
         raise termination.CommandError(
-            f"unknown command {command!r}; use one of run, migrate, inspect, retry, cancel (see `dbworker --help`)"
+            f"unknown command {command!r}; use one of {COMMANDS_TEXT} (see `dbworker --help`)"
         )
     # Intermixed, so item IDs may follow options: `retry app:c --worker w 1 2`.
     ns = command_parser(command).parse_intermixed_args(argv[1:])
@@ -196,6 +209,10 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> Options:
             )
         if not ids:
             raise termination.CommandError("nothing to cancel: give the item IDs, e.g. `dbworker cancel app:c --worker w 7`")
+    if command in ("pause", "resume") and len(values.get("worker") or []) != 1:
+        raise termination.CommandError(f"{command} needs exactly one --worker NAME (the worker to {command})")
+    if command == "console":
+        _check_console(values, sources)
     return Options(command=command, app=app, values=values, ids=ids, sources=sources)
 
 
@@ -245,6 +262,8 @@ def _convert(opt: Option, raw: Any, where: str) -> Any:
         raise termination.CommandError(f"{where} must be greater than 0, got {text}")
     if opt.minimum is not None and number < opt.minimum:
         raise termination.CommandError(f"{where} must be at least {show(opt.minimum)}, got {text}")
+    if opt.flag == "--port" and number > 65535:
+        raise termination.CommandError(f"{where} {text} is not a port; use 1-65535")
     if opt.flag == "--metrics-port" and number > 65535:
         raise termination.CommandError(
             f"{where} {text} is not a port; use 1-65535, or 0 to turn the HTTP server off"
@@ -279,6 +298,21 @@ def _check_poll_order(values: Mapping[str, Any], sources: Mapping[str, str]) -> 
                                  max_field=sources["max_poll_seconds"])  # fmt: skip
         except ValueError as exc:
             raise termination.CommandError(str(exc)) from None
+
+
+def _check_console(values: dict[str, Any], sources: Mapping[str, str]) -> None:
+    """Tokens well formed; no token only on a loopback address. Secrets stay out of messages."""
+    where = sources.get("token", "--token")
+    try:
+        values["token"] = tokens.parse(values.get("token") or [], where=where)
+    except ValueError as exc:
+        raise termination.CommandError(str(exc)) from None
+    if not values["token"] and not tokens.is_loopback(values["host"]):
+        raise termination.CommandError(
+            f"the console needs a sign-in token to listen on {values['host']!r} "
+            f"({sources.get('host', '--host')}): give --token or DBWORKER_CONSOLE_TOKEN, "
+            "or listen on a loopback address such as 127.0.0.1"
+        )
 
 
 def _example(where: str, value: str) -> str:

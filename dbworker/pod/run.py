@@ -70,7 +70,7 @@ def command(
         worker_metrics.touch(workers, dialect=coordinator.dialect_name)
         if options["create_tables"]:
             try:
-                coordinator.upgrade_worker_tables()
+                coordinator.upgrade_worker_tables(wakeup_triggers=not options["no_wakeup_triggers"])
             except Exception as exc:
                 raise termination.CommandError(
                     f"creating work tables failed: {termination.one_line(exc)}",

@@ -1,4 +1,5 @@
-"""The lifecycle statements: failed attempts (retried or final), delayed work, cancel, due times.
+"""The lifecycle statements: failed attempts (retried or final), delayed work, cancel, due times
+(of waiting items, and of source rows with a due column).
 
 Every write here is fenced by the claim token like ``claims.complete`` (cancel excepted: it
 ends whatever claim there is). Times are computed on the server's clock. ``attempts``
@@ -21,6 +22,7 @@ from dbworker import messages, retries
 from dbworker.contract import ExecutionStatus
 from dbworker.sql import dialects, statements, tables
 from dbworker.sql.claims import Claim
+from dbworker.sql.due import Due
 from dbworker.sql.transactions import committed
 
 CANCELLED = "cancelled"  # the error text of a cancelled item
@@ -80,7 +82,7 @@ def fail(
             "traceback": _clip(traceback),
         }
         if wait is None:
-            values |= {"execution_status": _FAILED, "not_before": None}
+            values |= {"execution_status": _FAILED, "not_before": None, "ended_at": caps.now()}
         else:
             values |= {"execution_status": _UNFINISHED, "not_before": caps.now_plus(wait)}
         done = conn.execute(sa.update(table).where(_held(table, claim)).values(**values)).rowcount == 1
@@ -111,7 +113,8 @@ def cancel(conn: Connection, table: sa.Table, source_id: Any) -> bool:
     """
     w = table.c
     values = {"execution_status": _FAILED, "claim_token": CANCELLED, "lease_expires_at": None,
-              "error": CANCELLED, "traceback": None, "not_before": None}  # fmt: skip
+              "error": CANCELLED, "traceback": None, "not_before": None,
+              "ended_at": dialects.of(conn).now()}  # fmt: skip
     update = sa.update(table).where(w.source_id == source_id, w.execution_status.not_in(_DONE)).values(**values)
     for _ in range(2):
         if conn.execute(update).rowcount == 1:
@@ -148,6 +151,29 @@ def due(conn: Connection, table: sa.Table, limit: int, *, overdue: float | None 
     with conn.begin():
         rows = conn.execute(query).all()
     return [(sid, _seconds(not_before, now)) for sid, not_before, now in rows]
+
+
+def source_due(conn: Connection, table: sa.Table, due: Due, limit: int, *, within: float) -> list[tuple[Any, float]]:
+    """``due`` for a worker's due column: up to ``limit`` claimable source rows (the
+    application's eligible query, no work record keeping them) due within ``within``
+    seconds of now either way, soonest first.
+
+    The window keeps the read to a range of the application's index on the column: not
+    the finished history before it, nor rows due later (the next lookup sees those).
+    """
+    caps = dialects.of(conn)
+    column = due.column
+    query = (
+        statements.claimable(table, due.key, due.base(), caps)
+        .add_columns(column, caps.now().label("dbw_now"))
+        .where(column > caps.now_plus(-within), column <= caps.now_plus(within))
+        .order_by(None)
+        .order_by(column)
+        .limit(limit)
+    )
+    with conn.begin():
+        rows = conn.execute(query).all()
+    return [(sid, _seconds(at, now)) for sid, at, now in rows]
 
 
 def _seconds(later: dt.datetime | str, now: dt.datetime | str) -> float:

@@ -36,6 +36,9 @@ class Round:
     seen: int
     last_key: Any
     swept: bool  # the query walked key order from a cursor (the eligible query has no order)
+    # The next round starts at last_key itself, not after it: an ordered eligible query's
+    # lowest claimable key, which this round may have left for later.
+    inclusive: bool = False
 
 
 # --- claiming ----------------------------------------------------------------------------
@@ -51,6 +54,7 @@ def claim(
     lease_seconds: float,
     after: Any = None,
     keys: Sequence[Any] | None = None,
+    inclusive: bool = False,
 ) -> Round:
     """Claim up to ``limit`` items in one transaction, which this function commits.
 
@@ -73,7 +77,7 @@ def claim(
         return _claim_in_one_statement(conn, one_shot, limit=limit, lease=lease, after=after, keys=keys)
     if keys is not None:
         return _claim_named(conn, st, caps, key, eligible, keys, limit=limit, lease=lease)
-    return _claim_next(conn, st, caps, key, eligible, limit=limit, lease=lease, after=after)
+    return _claim_next(conn, st, caps, key, eligible, limit=limit, lease=lease, after=after, inclusive=inclusive)
 
 
 def _claim_in_one_statement(
@@ -134,6 +138,7 @@ def _claim_next(
     limit: int,
     lease: Any,
     after: Any,
+    inclusive: bool = False,
 ) -> Round:
     """The sweep's next rows in key order after ``after``, or an ordered eligible query's first rows."""
     if eligible is None:  # prebuilt: every row of the source, in key order
@@ -141,12 +146,44 @@ def _claim_next(
         query = st.every if after is None else st.every_after
     else:
         base = statements.eligible_query(eligible, key)
-        swept = not statements.is_ordered(base)
-        query = statements.eligible_candidates(st, key, base, caps, cursor=swept and after is not None)
+        if statements.is_ordered(base):
+            return _claim_ordered(conn, st, caps, key, base, limit=limit, lease=lease, after=after, inclusive=inclusive)
+        swept = True
+        query = statements.eligible_candidates(st, key, base, caps, cursor=after is not None)
     params: dict[str, Any] = {"dbw_limit": limit}
     if swept and after is not None:
         params["dbw_after"] = after
     return _take_candidates(conn, st, query, params, lease, swept=swept)
+
+
+def _claim_ordered(
+    conn: Connection,
+    st: statements.Prebuilt,
+    caps: dialects.Capabilities,
+    key: sa.Column[Any],
+    query: sa.Select[Any],
+    *,
+    limit: int,
+    lease: Any,
+    after: Any,
+    inclusive: bool,
+) -> Round:
+    """An ordered eligible query's first rows in its order, among keys from its lowest claimable one.
+
+    First the lowest claimable key in key order from the cursor (``after``; None: from the
+    first row), then the query in its own order from that key: finished history below it
+    is neither walked nor handed to the application's filters again. The cursor moves
+    to that key (inclusive: it may be left for later) or, when nothing is claimable, to the
+    top (``last_key`` None).
+    """
+    finder = statements.first_candidate(st, key, query, caps, bound=None if after is None else inclusive)
+    with transactions.committed(conn):
+        low = conn.execute(finder, {} if after is None else {"dbw_after": after}).scalar()
+    if low is None:
+        return Round([], 0, None, swept=True)
+    candidates = statements.eligible_candidates(st, key, query, caps, cursor=False, low=True)
+    rnd = _take_candidates(conn, st, candidates, {"dbw_limit": limit, "dbw_low": low}, lease, swept=True)
+    return Round(rnd.taken, rnd.seen, low, swept=True, inclusive=True)
 
 
 def _take_candidates(
@@ -221,6 +258,22 @@ def top_key(conn: Connection, key: sa.Column[Any]) -> Any:
     """The source's highest key now (None: it has no rows), in a transaction of its own."""
     with conn.begin():
         return conn.execute(statements.top_key(key)).scalar()
+
+
+def ready_unfinished(conn: Connection, table: sa.Table, limit: int) -> list[Any]:
+    """Up to ``limit`` unfinished items claimable now (given back, reset, done waiting), in a
+    transaction of its own. Read through the ``execution_status`` index: unfinished items
+    are few, whatever the finished history.
+    """
+    w = table.c
+    caps = dialects.of(conn)
+    query = (
+        sa.select(w.source_id)
+        .where(w.execution_status == statements.UNFINISHED, sa.or_(w.not_before.is_(None), w.not_before <= caps.now()))
+        .limit(limit)
+    )
+    with conn.begin():
+        return list(conn.execute(query).scalars())
 
 
 def expired(conn: Connection, table: sa.Table, limit: int) -> list[Any]:

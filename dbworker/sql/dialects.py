@@ -14,7 +14,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.functions import FunctionElement
 
 # SQLite stores DateTime as text in this layout (SQLAlchemy's own), so server-side values
 # compare and parse like the ones SQLAlchemy writes: %f is "SS.SSS", the zeros make microseconds.
@@ -69,17 +71,18 @@ class Capabilities:
             expr = sa.func.strftime(_SQLITE_DATETIME, "now", offset if offset is not None else "+0 seconds")
         return sa.type_coerce(expr, sa.DateTime())
 
-    def insert_ignoring_duplicate(self, table: sa.Table, key: str) -> Any:
-        """An INSERT into ``table`` that does nothing when ``key`` already exists.
+    def insert_ignoring_duplicate(self, table: sa.Table, key: str, *more: str) -> Any:
+        """An INSERT into ``table`` that does nothing when ``key`` (with ``more``: that
+        unique combination of columns) already exists.
 
         Whether it inserted is told by ``inserted(result)``.
         """
         if self.name == "postgresql":
             # psycopg reports no row count for it (SQLAlchemy adds RETURNING): ask for the key.
-            insert = postgresql.insert(table).on_conflict_do_nothing(index_elements=[key])
+            insert = postgresql.insert(table).on_conflict_do_nothing(index_elements=[key, *more])
             return insert.returning(table.c[key])
         if self.name == "sqlite":
-            return sqlite.insert(table).on_conflict_do_nothing(index_elements=[key])
+            return sqlite.insert(table).on_conflict_do_nothing(index_elements=[key, *more])
         return mysql.insert(table).prefix_with("IGNORE")
 
 
@@ -102,6 +105,27 @@ def capabilities(dialect: Dialect) -> Capabilities:
             return Capabilities("mariadb", skip_locked=version >= (10, 6), lock_of=False)
         return Capabilities("mysql", skip_locked=version >= (8, 0, 1), lock_of=version >= (8, 0, 1))
     return Capabilities(dialect.name, skip_locked=False, lock_of=False)
+
+
+class _ServerNow(FunctionElement[dt.datetime]):
+    """What ``server_now()`` returns: compiled for each server as ``Capabilities.now()``."""
+
+    type = sa.DateTime()
+    inherit_cache = True
+    name = "dbworker_server_now"
+
+
+@compiles(_ServerNow)
+def _compile_server_now(element: Any, compiler: Any, **kw: Any) -> str:
+    caps = Capabilities(compiler.dialect.name, skip_locked=False, lock_of=False)
+    return str(compiler.process(caps.now(), **kw))
+
+
+def server_now() -> ColumnElement[dt.datetime]:
+    """The server's current time as naive UTC, in a query built before its server is known
+    (an application's eligible query, narrowed to due rows).
+    """
+    return _ServerNow()
 
 
 def of(conn: Connection) -> Capabilities:

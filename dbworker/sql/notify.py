@@ -14,6 +14,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
+from dbworker.sql import changes
+
 # Payloads on the ``dbworker`` channel:
 # - ``rows:<table> <keys>``: sent once per inserting or updating statement by the opt-in
 #   trigger ``install_triggers`` puts on a source table, naming the changed rows' keys as
@@ -129,11 +131,17 @@ def int_past(text: str, cursor: int) -> bool:
 
 
 def install_triggers(conn: sa.Connection, tables: Iterable[sa.Table]) -> list[str]:
-    """Install the wake-up trigger on each source table (PostgreSQL); return what was done."""
+    """Install the wake-up trigger on each source table (PostgreSQL); return what was done.
+
+    Looks first: a table whose two triggers exist and whose function has the current body
+    is left alone, so a start or ``migrate`` that finds them in place takes no lock on it.
+    """
     if conn.dialect.name != "postgresql":
         return []
     done = []
     for table in tables:
+        if installed(conn, table):
+            continue
         for statement in trigger_statements(conn, table):
             conn.exec_driver_sql(statement)
         done.append(f"notify trigger on {table.name}")
@@ -141,21 +149,78 @@ def install_triggers(conn: sa.Connection, tables: Iterable[sa.Table]) -> list[st
     return done
 
 
+def installed(conn: sa.Connection, table: sa.Table) -> bool:
+    """Whether ``table`` has both wake-up triggers, calling a function with the current body."""
+    create_function = trigger_statements(conn, table)[0]
+    body = create_function.split("$$")[1].strip()
+    found = conn.execute(
+        sa.text(
+            "SELECT count(*) FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid "
+            "WHERE t.tgrelid = to_regclass(:table) AND t.tgname IN (:insert, :update) "
+            "AND btrim(p.prosrc) = :body"
+        ),
+        {"table": conn.dialect.identifier_preparer.format_table(table), "insert": TRIGGER,
+         "update": f"{TRIGGER}_update", "body": body},
+    ).scalar_one()  # fmt: skip
+    return int(found) == 2
+
+
+def drop_triggers(conn: sa.Connection, tables: Iterable[sa.Table]) -> list[str]:
+    """Remove the wake-up triggers and their functions (the opt-out); return what was done."""
+    if conn.dialect.name != "postgresql":
+        return []
+    prep = conn.dialect.identifier_preparer
+    done = []
+    for table in tables:
+        had = conn.execute(
+            sa.text("SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass(:table) AND tgname IN (:a, :b)"),
+            {"table": prep.format_table(table), "a": TRIGGER, "b": f"{TRIGGER}_update"},
+        ).scalar_one()
+        for trigger in (TRIGGER, f"{TRIGGER}_update"):
+            conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {prep.quote(trigger)} ON {prep.format_table(table)}")
+        function = prep.quote(f"{FUNCTION}_{table.name}")
+        if table.schema:
+            function = f"{prep.quote_schema(table.schema)}.{function}"
+        conn.exec_driver_sql(f"DROP FUNCTION IF EXISTS {function}()")
+        if had:
+            done.append(f"removed notify trigger on {table.name}")
+    conn.commit()
+    return done
+
+
 def announce_rows(conn: sa.Connection, table: str, keys: Iterable[Any]) -> None:
-    """Notify ``again:<table> <key>`` for each key with a text form (PostgreSQL).
+    """Notify ``again:<table> <key>`` for each key with a text form (elsewhere: the change table).
 
     For items claimable again (given back, failed items reset) that other pods' sweeps may
     have passed. Sent with ``conn``'s transaction, when the caller commits it.
     """
-    if conn.dialect.name != "postgresql":
-        return
     texts = (text for text in map(key_text, keys) if text is not None)
     payloads = [f"{AGAIN}:{table} {text}" for text, _ in zip(texts, range(MAX_NAMED_ROWS + 1), strict=False)]
     if not payloads:
         return
+    if conn.dialect.name != "postgresql":
+        try:
+            changes.write(conn, payloads)  # read by the other coordinators' change feeds
+        except sa.exc.DBAPIError:
+            pass  # no change table (not migrated): the statement alone failed; sweeps find them
+        return
     send = sa.text("SELECT pg_notify(:channel, payload) FROM unnest(CAST(:payloads AS TEXT[])) AS payload")
     conn.execute(send.bindparams(sa.bindparam("payloads", type_=postgresql.ARRAY(sa.Text()))),
                  {"channel": CHANNEL, "payloads": payloads})  # fmt: skip
+
+
+def announce_table(conn: sa.Connection, table: str) -> None:
+    """Tell every coordinator that ``table`` may have claimable rows anywhere (the payload
+    naming no row: their loops look behind their cursors). Sent with ``conn``'s
+    transaction; elsewhere written to the change table.
+    """
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.select(sa.func.pg_notify(CHANNEL, table)))
+        return
+    try:
+        changes.write(conn, [table])
+    except sa.exc.DBAPIError:
+        pass  # no change table (not migrated): the statement alone failed
 
 
 def listen(driver_conn: Any) -> None:

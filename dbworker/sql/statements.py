@@ -16,14 +16,14 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
 from dbworker.contract import ExecutionStatus
-from dbworker.sql import dialects
+from dbworker.sql import claimer, dialects
 
 WORKING = ExecutionStatus.WORKING.value
 UNFINISHED = ExecutionStatus.UNFINISHED.value
 DONE = (ExecutionStatus.FINISHED.value, ExecutionStatus.FAILED.value)
 
 # Columns written by a first claim, in the order the INSERT ... SELECT forms list them.
-_CLAIM_COLUMNS = ["source_id", "execution_status", "claim_token", "lease_expires_at", "error", "attempts"]
+_CLAIM_COLUMNS = ["source_id", "execution_status", "claim_token", "lease_expires_at", "error", "attempts", "claimed_by"]
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def prebuilt(table: sa.Table, key: sa.Column[Any], caps: dialects.Capabilities) 
         over=over(table, caps),
         expired=expired(table, caps),
         renew=renew(table, caps),
-        complete=complete(table),
+        complete=complete(table, caps),
         step_over=step_over(table),
     )
     _PREBUILT[cache_key] = built
@@ -180,19 +180,42 @@ def claimable(
 
 
 def eligible_candidates(
-    st: Prebuilt, key: sa.Column[Any], query: sa.Select[Any], caps: dialects.Capabilities, *, cursor: bool
+    st: Prebuilt, key: sa.Column[Any], query: sa.Select[Any], caps: dialects.Capabilities, *, cursor: bool,
+    low: bool = False,
 ) -> sa.Select[Any]:
     """Up to ``dbw_limit`` claimable keys of the application's eligible ``query``.
 
-    An ordered query keeps its order and ignores the cursor; an unordered one is walked in
-    key order, after ``dbw_after`` with ``cursor``.
+    An ordered query keeps its order and ignores the cursor; with ``low`` it looks only
+    at keys from ``dbw_low`` (its lowest claimable key, see ``first_candidate``). An
+    unordered one is walked in key order, after ``dbw_after`` with ``cursor``.
 
     Locks: as ``every``; on MariaDB (no FOR UPDATE OF) also the rows of every table the
     application's query joins.
     """
     if is_ordered(query):
-        return _lock(caps, key, _narrow(st, key, query, swept=False).limit(_limit()))
+        narrowed = _narrow(st, key, query, swept=False)
+        if low:
+            # Inlined, so the server plans for the actual key (a range near the top of the
+            # key index) rather than for any key, where it might walk the query's own index.
+            narrowed = narrowed.where(key >= sa.bindparam("dbw_low", type_=key.type, literal_execute=True))
+        return _lock(caps, key, narrowed.limit(_limit()))
     return _lock(caps, key, _order_limit(_narrow(st, key, query, swept=cursor), key))
+
+
+def first_candidate(
+    st: Prebuilt, key: sa.Column[Any], query: sa.Select[Any], caps: dialects.Capabilities, *, bound: bool | None
+) -> sa.Select[Any]:
+    """The lowest claimable key of ``query`` in key order, its own order aside: where an
+    ordered query's candidates start. ``bound``: None from the first row; False after
+    ``dbw_after``; True from it.
+
+    Locks: none (a plain read; the claim that follows locks what it takes).
+    """
+    narrowed = _narrow(st, key, query.order_by(None), swept=False)
+    if bound is not None:
+        after = sa.bindparam("dbw_after", type_=key.type, literal_execute=True)
+        narrowed = narrowed.where(key >= after if bound else key > after)
+    return narrowed.order_by(key).limit(1)
 
 
 def named_candidates(
@@ -253,7 +276,7 @@ def _lock(caps: dialects.Capabilities, key: sa.Column[Any], query: sa.Select[Any
 
 def _taking(table: sa.Table, caps: dialects.Capabilities, *, first: bool = False) -> dict[str, Any]:
     """The values a claim writes: WORKING, the token ``dbw_token``, a lease of ``dbw_lease``,
-    one more attempt (the first, for a ``first`` claim), and no wait.
+    one more attempt (the first, for a ``first`` claim), the claimer, and no wait.
     """
     w = table.c
     return {
@@ -262,8 +285,14 @@ def _taking(table: sa.Table, caps: dialects.Capabilities, *, first: bool = False
         "lease_expires_at": caps.now_plus_param("dbw_lease"),
         "error": None,
         "attempts": 1 if first else w.attempts + 1,
+        "claimed_by": _claimer(table),
         **({} if first else {"not_before": None}),
     }
+
+
+def _claimer(table: sa.Table) -> sa.BindParameter[Any]:
+    """``dbw_claimer``: the claiming process's ``host:pid``, filled in at each execution."""
+    return sa.bindparam("dbw_claimer", type_=table.c.claimed_by.type, callable_=claimer.identity)
 
 
 def _due(table: sa.Table, caps: dialects.Capabilities) -> sa.ColumnElement[bool]:
@@ -316,6 +345,7 @@ def first_many(table: sa.Table, caps: dialects.Capabilities) -> Any:
         caps.now_plus_param("dbw_lease"),
         sa.null(),
         sa.literal(1),
+        _claimer(table),
     )
     return (
         postgresql.insert(table)
@@ -368,6 +398,7 @@ def one_shot(
         caps.now_plus_param("dbw_lease"),
         sa.null(),
         sa.literal(1),
+        _claimer(table),
     )
     insert = postgresql.insert(table).from_select(_CLAIM_COLUMNS, rows)
     taken = (
@@ -380,6 +411,7 @@ def one_shot(
                 "error": None,
                 "attempts": w.attempts + 1,
                 "not_before": None,
+                "claimed_by": insert.excluded.claimed_by,
             },
             where=sa.or_(_due(table, caps), sa.and_(w.execution_status == WORKING, _lease_over(table, caps))),
         )
@@ -433,15 +465,18 @@ def renew(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
     return sa.update(table).where(_held(table)).values(lease_expires_at=caps.now_plus_param("dbw_lease"))
 
 
-def complete(table: sa.Table) -> sa.Update:
+def complete(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
     """Record ``dbw_status`` and ``dbw_error`` for ``dbw_sid`` if the claim ``dbw_token`` still holds it (the fence).
 
-    Ends the claim (no token, no lease). Locks: the work row until the caller's commit,
-    which in a handler process is the handler's own transaction. SQLite: the write lock.
+    Ends the claim (no token, no lease) and stamps ``ended_at`` unless the status is
+    UNFINISHED (a claim given back). Locks: the work row until the caller's commit, which in
+    a handler process is the handler's own transaction. SQLite: the write lock.
     """
     w = table.c
+    status = sa.bindparam("dbw_status", type_=w.execution_status.type)
     return sa.update(table).where(_held(table)).values(
-        execution_status=sa.bindparam("dbw_status", type_=w.execution_status.type),
+        ended_at=sa.case((status == UNFINISHED, w.ended_at), else_=caps.now()),
+        execution_status=status,
         claim_token=None,
         lease_expires_at=None,
         error=sa.bindparam("dbw_error", type_=w.error.type),

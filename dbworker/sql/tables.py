@@ -2,12 +2,14 @@
 
 Keeping it in the application's MetaData lets the application's own migrations see it. The
 layout is 0.0.1's plus an index on ``execution_status`` and the lifecycle columns
-(``attempts``, ``not_before`` with its index, ``traceback``); ``upgrade.py`` brings older
+(``attempts``, ``not_before`` with its index, ``traceback``, ``claimed_by``,
+``ended_at``); ``upgrade.py`` brings older
 databases to it.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, cast
 
 import sqlalchemy as sa
@@ -16,6 +18,7 @@ from sqlalchemy.orm import Mapper
 
 STATUS_LENGTH = 16
 TOKEN_LENGTH = 36
+CLAIMER_LENGTH = 255  # host:pid of the claiming process (claimer.identity)
 ERROR_MAX_CHARS = 16_000  # fits MySQL's TEXT (64 KiB) even in 4-byte UTF-8
 
 
@@ -40,6 +43,28 @@ def source_key(source: Any) -> sa.Column[Any]:
     return cast("sa.Column[Any]", source_mapper(source).primary_key[0])
 
 
+def parse_key(raw: str, source: Any) -> Any:
+    """``raw`` (typed by a person) as the type of ``source``'s primary key: int, UUID or text;
+    ``ValueError`` naming the expected type.
+    """
+    column = source_key(source)
+    try:
+        python_type = column.type.python_type
+    except NotImplementedError:
+        return raw
+    if python_type is int:
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError(f"item ID {raw!r} is not an integer (the primary key of {source.__name__})") from None
+    if python_type is uuid.UUID:
+        try:
+            return uuid.UUID(raw)
+        except ValueError:
+            raise ValueError(f"item ID {raw!r} is not a UUID (the primary key of {source.__name__})") from None
+    return raw
+
+
 def table_name(worker: str) -> str:
     return f"{worker}_work"
 
@@ -49,7 +74,7 @@ def status_index_name(worker: str) -> str:
 
 
 # MySQL/MariaDB's DATETIME keeps whole seconds unless asked: a 0.6 s delay would end early.
-_MICROSECONDS = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+MICROSECONDS = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 
 
 def not_before_index_name(worker: str) -> str:
@@ -58,7 +83,7 @@ def not_before_index_name(worker: str) -> str:
 
 # Columns added after 0.0.1, in the order the upgrade adds them (each with a server default
 # or nullable, so existing rows stay valid and 0.0.1 code that never writes them still works).
-ADDED_COLUMNS = ("attempts", "not_before", "traceback")
+ADDED_COLUMNS = ("attempts", "not_before", "traceback", "claimed_by", "ended_at")
 
 
 def work_table(worker: str, source: Any) -> sa.Table:
@@ -89,8 +114,12 @@ def work_table(worker: str, source: Any) -> sa.Table:
         # Invocations of the current step (see sql/attempts.py); 0 before the first claim.
         sa.Column("attempts", sa.Integer(), nullable=False, server_default=sa.text("0")),
         # Not claimable before (naive UTC), set only on unfinished items that wait.
-        sa.Column("not_before", _MICROSECONDS, nullable=True),
+        sa.Column("not_before", MICROSECONDS, nullable=True),
         sa.Column("traceback", sa.Text(), nullable=True),
+        # host:pid of the process that made the latest claim (kept after it ends).
+        sa.Column("claimed_by", sa.String(CLAIMER_LENGTH), nullable=True),
+        # When the item last became FINISHED or FAILED (naive UTC, the server's clock).
+        sa.Column("ended_at", sa.DateTime(), nullable=True),
         sa.Index(status_index_name(worker), "execution_status"),
         sa.Index(not_before_index_name(worker), "not_before"),
         info={"dbworker_source": key.table},

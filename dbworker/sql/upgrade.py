@@ -1,7 +1,9 @@
 """Creating work tables and upgrading them from older layouts, safe from many processes at once.
 
-Each step looks before it changes and runs under a server-side lock (PostgreSQL, MySQL/MariaDB);
-on SQLite, whose DDL is atomic, a step that loses a race finds its work done. The current
+Each step looks before it changes and runs under a server-side lock: on PostgreSQL a
+transaction-scoped advisory lock taken by each step's own transaction (so it holds through a
+transaction pooler), on MySQL/MariaDB a named lock around the steps (their DDL commits by
+itself); on SQLite, whose DDL is atomic, a step that loses a race finds its work done. The current
 layout is ``tables``'; the trigger DDL this installs is ``notify``'s.
 """
 
@@ -26,19 +28,19 @@ _LOCK_KEY = 0x6462776B  # "dbwk": one advisory lock key for every dbworker schem
 _ATTEMPTS = 20
 
 
+def _step_lock(conn: Connection) -> None:
+    """PostgreSQL: the schema lock for the transaction ``conn`` is in (begun here if none);
+    its commit or rollback releases it. Called first in every step, before it looks."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_LOCK_KEY)))
+
+
 @contextlib.contextmanager
 def _schema_lock(conn: Connection) -> Iterator[None]:
-    """Serialise schema changes across processes where the server offers a named lock."""
+    """MySQL/MariaDB: a named lock around several steps (their DDL commits implicitly, so no
+    transaction could hold a lock across one). PostgreSQL's is ``_step_lock``, per step."""
     name = conn.dialect.name
-    if name == "postgresql":
-        conn.execute(sa.select(sa.func.pg_advisory_lock(_LOCK_KEY)))
-        try:
-            yield
-        finally:
-            conn.rollback()
-            conn.execute(sa.select(sa.func.pg_advisory_unlock(_LOCK_KEY)))
-            conn.commit()
-    elif name in ("mysql", "mariadb"):
+    if name in ("mysql", "mariadb"):
         got = conn.execute(sa.select(sa.func.get_lock(_LOCK_NAME, 300))).scalar()
         if got != 1:
             raise RuntimeError("could not take the dbworker schema lock within 300 s")
@@ -75,26 +77,34 @@ def _has_table(conn: Connection, table: sa.Table) -> bool:
 def _apply(conn: Connection, table: sa.Table, done: list[str]) -> None:
     """Bring one table to the current layout, one committed step at a time, each added to
     ``done`` once committed (so a step a lost race interrupts later is still reported).
+
+    Each step is one transaction: lock, look, change, commit.
     """
-    def step(change: str) -> None:
+    while True:
+        _step_lock(conn)
+        change = _next_step(conn, table)
         conn.commit()
+        if change is None:
+            return
         done.append(change)
 
+
+def _next_step(conn: Connection, table: sa.Table) -> str | None:
+    """Make the first change ``table`` needs and say what it was; None when it is current."""
     if not _has_table(conn, table):
         table.create(conn)
-        step(f"created {table.name}")
-        return
+        return f"created {table.name}"
     have = _columns(conn, table)
     for name in ADDED_COLUMNS:
-        if name not in have:
+        if name in table.c and name not in have:  # work tables' columns (not dbworker_paused's)
             _add_column(conn, table, table.c[name])
-            step(f"added column {table.name}.{name}")
+            return f"added column {table.name}.{name}"
     present = _indexes(conn, table)
     for index in sorted(table.indexes, key=lambda ix: str(ix.name)):
         if tuple(c.name for c in index.columns) not in present:
             index.create(conn)
-            step(f"added index {index.name}")
-    conn.commit()
+            return f"added index {index.name}"
+    return None
 
 
 def ensure(engine: Engine, tables: Iterable[sa.Table]) -> list[str]:
@@ -158,21 +168,49 @@ def describe_lacking(lacking: dict[str, list[str]]) -> str:
     return "; ".join(f"{table} lacks {', '.join(columns)}" for table, columns in sorted(lacking.items()))
 
 
+def leading_columns(conn: Connection, table: sa.Table) -> set[str]:
+    """The columns that an index of ``table`` (its primary key included) starts with."""
+    inspector = sa.inspect(conn)
+    first = {cols[0] for cols in _indexes(conn, table) if cols}
+    primary = inspector.get_pk_constraint(table.name, schema=table.schema).get("constrained_columns") or []
+    return first | {str(primary[0])} if primary else first
+
+
 def missing(engine: Engine, tables: Iterable[sa.Table]) -> list[str]:
     """The names of ``tables`` that do not exist in the database yet (one schema inspection)."""
     inspector = sa.inspect(engine)
     return [t.name for t in tables if not inspector.has_table(t.name, schema=t.schema)]
 
 
-def install_notify_triggers(engine: Engine, tables: Iterable[sa.Table]) -> list[str]:
-    """Install the PostgreSQL wake-up trigger on each source table, under the schema lock."""
-    from dbworker.sql import notify
+def wakeup_triggers(engine: Engine, tables: Iterable[sa.Table], *, install: bool) -> list[str]:
+    """Install (or, ``install=False``, remove) the wake-up triggers on each source table,
+    under the schema lock; return what was done (empty when all was already so).
+
+    PostgreSQL: the NOTIFY triggers (``notify``). Elsewhere: the change table and its row
+    triggers (``changes``). Both look before they change anything.
+    """
+    from dbworker.sql import changes, notify
 
     unique = list({id(t): t for t in tables}.values())
-    if engine.dialect.name != "postgresql":
-        return []
-    with engine.connect() as conn, _schema_lock(conn):
-        changes = notify.install_triggers(conn, unique)
-    for change in changes:
+    postgres = engine.dialect.name == "postgresql"
+    created = ensure(engine, [changes.TABLE]) if install and not postgres else []
+    for attempt in range(1, _ATTEMPTS + 1):
+        try:
+            with engine.connect() as conn, _schema_lock(conn):
+                _step_lock(conn)  # one transaction: look, install or remove, commit
+                if postgres:
+                    done = notify.install_triggers(conn, unique) if install else notify.drop_triggers(conn, unique)
+                elif install:
+                    done = changes.install_triggers(conn, unique)
+                else:
+                    done = changes.drop_triggers(conn, unique)
+            break
+        except sa.exc.DBAPIError:
+            # SQLite has no lock to take: a process that lost the race to create a trigger
+            # ("already exists") looks again and finds it current.
+            if attempt == _ATTEMPTS:
+                raise
+            time.sleep(min(0.05 * attempt, 1.0))
+    for change in done:
         log.info("dbworker schema: %s", change)
-    return changes
+    return created + done

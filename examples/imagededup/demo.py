@@ -1,9 +1,11 @@
 """One command shows the whole system: `python -m examples.imagededup.demo` (`make demo`).
 
-It starts the API (uvicorn) and the worker service (`dbworker run`) as two processes on a
-SQLite file in a temporary directory, uploads generated images over HTTP, asks for the
-duplicates of each, shows a progress bar, retries the deliberately broken upload, prints
-the duplicate groups and a few worker metrics, and stops both processes with SIGTERM.
+It starts the API (uvicorn), the worker service (`dbworker run`) and the console (`dbworker
+console`, on loopback without a token) as processes on a SQLite file in a temporary directory,
+uploads generated images over HTTP, asks for the duplicates of each, shows a progress bar,
+retries the deliberately broken upload, prints the duplicate groups and a few worker metrics,
+leaves one more broken upload failed to look at in the console, and stops every process with
+SIGTERM (on a terminal, once you press Enter).
 """
 
 from __future__ import annotations
@@ -213,26 +215,48 @@ def services(database_url: str, workdir: Path, *, poll_seconds: float = 0.1) -> 
     return api, worker, api_port, metrics_port
 
 
-def run(groups: int, timeout: float, out: TextIO) -> int:
+def console_service(database_url: str, workdir: Path) -> tuple[Service, int]:
+    """`dbworker console` on ``database_url`` (not started), on loopback without a token: only
+    this machine reaches it, and everyone who does is `local` (docs/console.md)."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "DBWORKER_CONSOLE_TOKEN"}
+    env["DATABASE_URL"] = database_url
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    argv = [sys.executable, "-m", "dbworker", "console", APP, "--host", "127.0.0.1", "--port", str(port)]
+    return Service("console", argv, workdir / "console.log", env), port
+
+
+def run(groups: int, timeout: float, out: TextIO, *, wait: bool = False) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="imagededup-demo-"))
-    api, worker, api_port, metrics_port = services(f"sqlite:///{workdir / 'imagededup.sqlite'}", workdir)
+    database_url = f"sqlite:///{workdir / 'imagededup.sqlite'}"
+    api, worker, api_port, metrics_port = services(database_url, workdir)
+    console, console_port = console_service(database_url, workdir)
     out.write(
         f"imagededup demo: SQLite database and logs in {workdir} (removed if all goes well)\n"
     )
     result = 1
     try:
         result = demo_steps(api, worker, api_port, metrics_port, groups, timeout, out)
+        if result == 0:
+            look_at_a_failure(api, worker, console, api_port, console_port, timeout, out)
+            if wait:
+                out.write("\nthe API, the workers and the console keep running: press Enter to stop them\n")
+                out.flush()
+                try:
+                    input()
+                except EOFError:  # stdin closed: nothing more to wait for
+                    pass
     except (DemoError, httpx.HTTPError) as exc:
         out.write(f"\ndemo failed: {exc}\n")
-        for service in (api, worker):
+        for service in (api, worker, console):
             out.write(
                 f"  last lines of the {service.name} log ({service.log_path}):\n{service.log_tail()}\n"
             )
     finally:
-        say(out, "\nstopping the worker service, then the API (SIGTERM, drain, exit)...\n")
-        # Both are stopped before anything else is reported: a closed stdout must not
+        say(out, "\nstopping the worker service, the console, then the API (SIGTERM, drain, exit)...\n")
+        # All are stopped before anything else is reported: a closed stdout must not
         # leave them running.
-        codes = [(service.name, service.stop(timeout=30)) for service in (worker, api)]
+        codes = [(service.name, service.stop(timeout=30)) for service in (worker, console, api)]
         for name, code in codes:
             if code is None:
                 continue  # never started
@@ -244,7 +268,7 @@ def run(groups: int, timeout: float, out: TextIO) -> int:
     if result == 0:
         shutil.rmtree(workdir, ignore_errors=True)
     else:
-        out.write(f"the database and both logs are kept in {workdir}\n")
+        out.write(f"the database and the logs are kept in {workdir}\n")
     return result
 
 
@@ -357,6 +381,49 @@ def demo_steps(
     return 0 if correct else 1
 
 
+def look_at_a_failure(
+    api: Service,
+    worker: Service,
+    console: Service,
+    api_port: int,
+    console_port: int,
+    timeout: float,
+    out: TextIO,
+) -> None:
+    """Start the console, upload one more broken image and leave its hash failed there."""
+    client = httpx.Client(base_url=f"http://127.0.0.1:{api_port}", timeout=30)
+    address = f"http://127.0.0.1:{console_port}"
+    console.start()
+    wait_for(
+        lambda: httpx.get(f"{address}/healthz", timeout=5).status_code == 200,
+        timeout=60,
+        what="the console",
+        services=[api, worker, console],
+    )
+    broken = samples.corrupt()
+    response = client.post(
+        "/images", files=[("files", ("left-failed.png", broken.content, "application/octet-stream"))]
+    )
+    response.raise_for_status()
+    image_id = response.json()[0]["id"]
+
+    def failed() -> bool:
+        images = client.get("/images", params={"hash_status": "failed"}).json()
+        return any(image["id"] == image_id for image in images)
+
+    wait_for(failed, timeout=timeout, what="the hash of the image left failed", services=[api, worker])
+    item = f"{address}/workers/hash/items/{image_id}"
+    # What the console shows is checked before it is advertised.
+    page = httpx.get(item, timeout=10, follow_redirects=True)
+    if page.status_code != 200 or "UnreadableImageError" not in page.text:
+        raise DemoError(f"the console's page {item} does not show the failure (HTTP {page.status_code})")
+    out.write(
+        f"\nconsole: {address}/ (dbworker console {APP}; loopback only, so no token)\n"
+        f"  left failed to look at: image {image_id} (left-failed.png), its hash at {item}\n"
+        f"  the failed list, with Retry: {address}/workers/hash?status=failed\n"
+    )
+
+
 def say(out: TextIO, text: str) -> None:
     """Write while shutting down; a reader that went away (`| head`) is no reason to stop."""
     try:
@@ -383,11 +450,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeout", type=float, default=120, help="seconds the work may take (default 120)"
     )
+    parser.add_argument(
+        "--wait",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="keep the services (and the console) running until Enter is pressed "
+        "(default: when stdin is a terminal)",
+    )
     args = parser.parse_args(argv)
     if args.groups < 1:
         parser.error(f"--groups must be at least 1, got {args.groups}")
+    wait = sys.stdin.isatty() if args.wait is None else args.wait
     try:
-        return run(args.groups, args.timeout, sys.stdout)
+        return run(args.groups, args.timeout, sys.stdout, wait=wait)
     except KeyboardInterrupt:  # the services were stopped on the way out
         return 130
 

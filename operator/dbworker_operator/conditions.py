@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dbworker_operator import budget as budgets
 from dbworker_operator import crd, kinds, labels, redact
 from dbworker_operator.builders import owned
 from dbworker_operator.spec import DisruptionBudget, SecretRef, WorkerSpec
@@ -23,6 +24,7 @@ DEGRADED = "Degraded"
 AUTOSCALING = "AutoscalingActive"
 MONITORING = "PodMonitorActive"
 DRAIN_BLOCKED = "DrainBlocked"
+CONNECTION_BUDGET = "ConnectionBudget"  # True: the fleet at its largest would exceed spec.database.maxConnections
 
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 # Exit codes of the `dbworker` command (see its contract).
@@ -82,6 +84,7 @@ class Observed:
     namespace: str = ""
     monitoring_labels: Mapping[str, str] = field(default_factory=dict)  # the PodMonitor's labels
     budget: DisruptionBudget | None = None  # spec.disruptionBudget, checked against desired_replicas
+    connections: budgets.Budget | None = None  # spec.database.maxConnections against the fleet's largest
 
 
 @dataclass(frozen=True)
@@ -210,6 +213,7 @@ def observe(body: Mapping[str, Any], *, spec: WorkerSpec | None, capabilities: k
         namespace=str(meta.get("namespace") or ""),
         monitoring_labels=dict(spec.pod_monitor_labels) if spec else {},
         budget=spec.disruption_budget if spec else None,
+        connections=budgets.of(spec, autoscaled=owned.scaled_by_keda(spec, capabilities)) if spec else None,
     )
 
 
@@ -367,6 +371,8 @@ def status(observed: Observed) -> dict[str, Any]:
                                      blocked.message if blocked else
                                      f"the disruption budget lets {evictions_allowed(observed.budget, want)} of "
                                      f"{want} pods be evicted at a time", observed))
+    if observed.connections is not None:
+        conditions.append(_condition(CONNECTION_BUDGET, *connection_budget(observed.connections), observed))
     result: dict[str, Any] = {
         "observedGeneration": observed.generation,
         "replicas": replicas,
@@ -381,7 +387,7 @@ def status(observed: Observed) -> dict[str, Any]:
 
 
 def _autoscaling_active(observed: Observed) -> str:
-    text = "KEDA scales the Deployment on the backlog"
+    text = "KEDA scales the Deployment on the work in flight plus waiting per handler slot"
     if observed.monitoring_requested and observed.monitoring is None:
         return text
     return (f"{text}; its query reads dbworker_backlog series labelled app_kubernetes_io_instance: without "
@@ -395,6 +401,20 @@ def _pod_monitor_applied(observed: Observed) -> str:
             "the operator cannot see whether a Prometheus selects it: its podMonitorSelector must match these labels (kube-prometheus-stack selects release=<its "
             "release>: set spec.metrics.podMonitorLabels or the chart's podMonitor.labels) and its "
             "podMonitorNamespaceSelector this namespace")
+
+
+def connection_budget(budget: budgets.Budget) -> tuple[bool, str, str]:
+    """The ConnectionBudget condition's status, reason and message, with the numbers."""
+    pods = budget.largest_pods
+    need = (f"{pods} pod(s) plus a rollout's extra one at {budget.per_pod} connections each need "
+            f"{budget.needed} of spec.database.maxConnections {budget.max_connections}")
+    if not budget.exceeded:
+        return False, "WithinBudget", need
+    if budget.autoscaled:
+        return True, "AutoscalingCapped", (f"{need}: KEDA may run at most {budget.fits_pods} pod(s); raise "
+                                           "maxConnections, put a pooler in front, or lower spec.concurrency")
+    return True, "BudgetExceeded", (f"{need}: lower spec.replicas to {budget.fits_pods} or less, raise "
+                                    "maxConnections, or lower spec.concurrency")
 
 
 def _scaled(value: int | str, total: int) -> int:
@@ -452,11 +472,13 @@ def degraded(status: Mapping[str, Any]) -> dict[str, Any] | None:
 def events(previous: Mapping[str, Any], new: Mapping[str, Any], changes: Iterable[str]) -> list[Event]:
     """The Events for one reconcile, each once: objects applied (``changes``), a budget that
     blocks drains (Warning), Degraded raised or changed (Warning, its reason and message),
-    Degraded cleared (Normal ``Recovered``)."""
+    Degraded cleared (Normal ``Recovered``); a connection budget exceeded (Warning)."""
     found = [Event("Normal", "Applied", change) for change in changes]
-    blocked_before, blocked = _true(previous, DRAIN_BLOCKED), _true(new, DRAIN_BLOCKED)
-    if blocked is not None and (blocked_before is None or blocked_before.get("message") != blocked.get("message")):
-        found.append(Event("Warning", str(blocked.get("reason")), str(blocked.get("message"))))
+    for ctype in (DRAIN_BLOCKED, CONNECTION_BUDGET):
+        blocked_before, blocked = _true(previous, ctype), _true(new, ctype)
+        if blocked is not None and (blocked_before is None or
+                                    blocked_before.get("message") != blocked.get("message")):
+            found.append(Event("Warning", str(blocked.get("reason")), str(blocked.get("message"))))
     old, now = degraded(previous), degraded(new)
     if now is not None and (old is None or (old.get("reason"), old.get("message")) !=
                             (now.get("reason"), now.get("message"))):

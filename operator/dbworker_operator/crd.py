@@ -41,7 +41,12 @@ DEFAULT_REPLICAS = 1
 DEFAULT_DRAIN_SECONDS = 25
 DEFAULT_METRICS_PORT = 9100
 DEFAULT_ENV_NAME = "DATABASE_URL"
-DEFAULT_TARGET_BACKLOG = 10
+DEFAULT_TARGET_PER_SLOT = 1
+DEFAULT_POOL_CONNECTIONS = 5  # SQLAlchemy's QueuePool pool_size, the coordinator engine's default
+DEFAULT_SOURCE_KEY = "id"
+SQL_TRIGGER_TYPES = ("postgresql", "mysql")
+# A source table or column the database trigger's query names (quoted by the builder; no dots or quotes).
+SQL_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
 DEFAULT_PROMETHEUS_ADDRESS = "http://prometheus-operated.monitoring.svc:9090"
 DEFAULT_TMP_SIZE_LIMIT = "1Gi"
 # The library's own defaults (SPEC.md), used by CEL rules that compare a set field with an unset one.
@@ -50,6 +55,16 @@ LIBRARY_MAX_POLL_SECONDS = 10.0
 
 # Labels a user may not set on pods: the Deployment's selector is built from them.
 RESERVED_POD_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance")
+
+# spec.console: `dbworker console` as a Deployment and Service named <worker>-console. A Service
+# name is a DNS-1035 label (a letter first, at most 63 characters), so the Worker's name must leave room.
+CONSOLE_SUFFIX = "-console"
+CONSOLE_WORKER_NAME_MAX = WORKER_OBJECT_NAME_MAX - len(CONSOLE_SUFFIX)
+CONSOLE_PORT = 8080  # the console container's port (dbworker console --port)
+DEFAULT_CONSOLE_REPLICAS = 1
+DEFAULT_CONSOLE_SERVICE_PORT = 80
+DEFAULT_CONSOLE_SERVICE_TYPE = "ClusterIP"
+CONSOLE_SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
 
 
 def _string_map(description: str) -> dict[str, Any]:
@@ -142,6 +157,120 @@ def container_security_context_schema() -> dict[str, Any]:
     }
 
 
+def autoscaling_schema() -> dict[str, Any]:
+    """spec.autoscaling: the KEDA ScaledObject's bounds, target, scale-in pacing, database trigger."""
+    return {
+        "type": "object", "required": ["maxReplicas"],
+        "description": "A KEDA ScaledObject scaling on the work in flight plus waiting per handler slot "
+                       "(needs KEDA installed).",
+        "properties": {
+            # 0 needs the database trigger: with no pods there are no metrics to wake on.
+            "minReplicas": {"type": "integer", "minimum": 0, "default": 1},
+            "maxReplicas": {"type": "integer", "minimum": 1},
+            "targetPerSlot": {"type": "number", "minimum": 0, "exclusiveMinimum": True,
+                              "default": DEFAULT_TARGET_PER_SLOT,
+                              "description": "Items (running plus waiting) per handler slot the fleet is sized "
+                                             "for: 1 keeps every slot busy, 0.8 leaves a fifth spare."},
+            "prometheusAddress": {"type": "string", "pattern": PROMETHEUS_URL_PATTERN,
+                                  "default": DEFAULT_PROMETHEUS_ADDRESS,
+                                  "description": "Prometheus that scrapes the workers (KEDA queries it)."},
+            "behavior": {
+                "type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                "description": "autoscaling/v2 HorizontalPodAutoscalerBehavior (scaleUp, scaleDown) replacing the "
+                               "default pacing (scale in by one pod a minute after 5 minutes of less work)."},
+            "database": {
+                "type": "object", "required": ["type", "connectionKey", "sources"],
+                "description": "A second trigger asking the database itself how much is claimable, so the "
+                               "fleet wakes from zero pods (KEDA's postgresql or mysql scaler).",
+                "properties": {
+                    "type": {"type": "string", "enum": list(SQL_TRIGGER_TYPES)},
+                    "connectionKey": {
+                        "type": "string", "pattern": SECRET_KEY_PATTERN, "maxLength": 253,
+                        "description": "Key of the spec.database.urlSecretRef Secret holding KEDA's connection "
+                                       "string: libpq (postgresql://user:pw@host:5432/db) or Go MySQL "
+                                       "(user:pw@tcp(host:3306)/db), not a SQLAlchemy URL."},
+                    "sources": {
+                        "type": "array", "minItems": 1, "maxItems": 64, "x-kubernetes-list-type": "map",
+                        "x-kubernetes-list-map-keys": ["worker"],
+                        "items": {
+                            "type": "object", "required": ["worker", "table"],
+                            "properties": {
+                                "worker": {"type": "string", "pattern": WORKER_NAME_PATTERN, "maxLength": 63},
+                                "table": {"type": "string", "pattern": SQL_NAME_PATTERN,
+                                          "description": "The worker's source table."},
+                                "key": {"type": "string", "pattern": SQL_NAME_PATTERN,
+                                        "default": DEFAULT_SOURCE_KEY,
+                                        "description": "The source table's key column."},
+                                "filter": {"type": "string", "maxLength": 2048,
+                                           "description": "SQL condition on the source table's columns that "
+                                                          "the worker's eligible query applies too."},
+                            },
+                        },
+                    },
+                },
+            },
+        },
+        "x-kubernetes-validations": [
+            {"rule": "!has(self.minReplicas) || self.minReplicas <= self.maxReplicas",
+             "message": "autoscaling.minReplicas must be <= autoscaling.maxReplicas"},
+            {"rule": "!has(self.minReplicas) || self.minReplicas >= 1 || has(self.database)",
+             "message": "autoscaling.minReplicas 0 needs autoscaling.database: with no pods only the database "
+                        "can say there is work"},
+        ],
+    }
+
+
+def console_schema() -> dict[str, Any]:
+    """spec.console: the web console (`dbworker console`) as its own Deployment and Service."""
+    secret_ref = {"name": {"type": "string", "pattern": SECRET_NAME_PATTERN, "maxLength": 253},
+                  "key": {"type": "string", "pattern": SECRET_KEY_PATTERN, "maxLength": 253}}
+    quantities = {"type": "object", "additionalProperties": {
+        "x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]}}
+    return {
+        "type": "object",
+        "description": f"The web console (`dbworker console`, docs/console.md): a Deployment and a Service "
+                       f"named <worker>{CONSOLE_SUFFIX}, the workers' pod settings and database Secret.",
+        "properties": {
+            "enabled": {"type": "boolean", "default": False},
+            "replicas": {"type": "integer", "format": "int32", "minimum": 0, "maximum": 100,
+                         "default": DEFAULT_CONSOLE_REPLICAS, "description": "Console pods (they share sessions)."},
+            "readOnly": {"type": "boolean", "default": False,
+                         "description": "Show no action and refuse every action (dbworker console --read-only)."},
+            "tokenSecretRef": {
+                "type": "object", "required": ["name", "key"], "properties": secret_ref,
+                "description": "Secret key holding the sign-in tokens (DBWORKER_CONSOLE_TOKEN: SECRET or "
+                               "NAME=SECRET, comma-separated)."},
+            "service": {
+                "type": "object", "default": {},
+                "properties": {
+                    "type": {"type": "string", "enum": list(CONSOLE_SERVICE_TYPES),
+                             "default": DEFAULT_CONSOLE_SERVICE_TYPE},
+                    "port": {"type": "integer", "minimum": 1, "maximum": 65535,
+                             "default": DEFAULT_CONSOLE_SERVICE_PORT},
+                },
+            },
+            "resources": {"type": "object", "properties": {"limits": quantities, "requests": quantities},
+                          "description": "The console container's resources (the workers' spec.resources "
+                                         "are for handlers)."},
+        },
+        "x-kubernetes-validations": [{
+            "rule": "!has(self.enabled) || !self.enabled || has(self.tokenSecretRef)",
+            "message": "console.tokenSecretRef is required with console.enabled: name the Secret and key "
+                       "holding the console's sign-in tokens",
+        }],
+    }
+
+
+def console_name_rule() -> dict[str, Any]:
+    """With the console on, the Worker's name must make a Service name with the suffix."""
+    return {
+        "rule": "!has(self.spec.console) || !has(self.spec.console.enabled) || !self.spec.console.enabled || "
+                f"(self.metadata.name.size() <= {CONSOLE_WORKER_NAME_MAX} && self.metadata.name.matches('^[a-z]'))",
+        "message": f"with spec.console.enabled the Worker's name must start with a letter and have at most "
+                   f"{CONSOLE_WORKER_NAME_MAX} characters: its console's Service is named <name>{CONSOLE_SUFFIX}",
+    }
+
+
 def spec_schema() -> dict[str, Any]:
     """The structural OpenAPI v3 schema of ``spec`` (also used by the tests' JSON Schema validator)."""
     quantities = {"type": "object", "additionalProperties": {
@@ -184,6 +313,28 @@ def spec_schema() -> dict[str, Any]:
                     },
                     "envName": {"type": "string", "pattern": ENV_NAME_PATTERN, "default": DEFAULT_ENV_NAME,
                                 "description": "Environment variable the application reads the URL from."},
+                    "listenUrlSecretRef": {
+                        "type": "object", "required": ["name", "key"],
+                        "description": "A direct PostgreSQL URL (not the pooler's) for each pod's one LISTEN "
+                                       "connection, passed as DBWORKER_LISTEN_URL.",
+                        "properties": {
+                            "name": {"type": "string", "pattern": SECRET_NAME_PATTERN, "maxLength": 253},
+                            "key": {"type": "string", "pattern": SECRET_KEY_PATTERN, "maxLength": 253},
+                        },
+                    },
+                    "transactionPooler": {
+                        "type": "boolean", "default": False,
+                        "description": "The URL reaches PostgreSQL through a transaction pooler (PgBouncer "
+                                       "pool_mode=transaction): DBWORKER_TRANSACTION_POOLER=true."},
+                    "maxConnections": {
+                        "type": "integer", "minimum": 1, "maximum": 1000000,
+                        "description": "Connections the whole fleet may open; the operator caps autoscaling "
+                                       "to fit and reports a ConnectionBudget condition."},
+                    "poolConnections": {
+                        "type": "integer", "minimum": 0, "maximum": 10000, "default": DEFAULT_POOL_CONNECTIONS,
+                        "description": "Connections counted for each pod's coordinator engine: its pool_size "
+                                       "(5 by default); add max_overflow (10 by default) to count its worst "
+                                       "case."},
                 },
             },
             "leaseSeconds": _seconds("Claim lease length (dbworker --lease-seconds)."),
@@ -241,23 +392,8 @@ def spec_schema() -> dict[str, Any]:
                     "message": "disruptionBudget needs exactly one of minAvailable or maxUnavailable",
                 }],
             },
-            "autoscaling": {
-                "type": "object", "required": ["maxReplicas"],
-                "description": "A KEDA ScaledObject scaling on the workers' backlog (needs KEDA installed).",
-                "properties": {
-                    # At least one pod: the backlog is read from the pods, so zero pods could never wake.
-                    "minReplicas": {"type": "integer", "minimum": 1, "default": 1},
-                    "maxReplicas": {"type": "integer", "minimum": 1},
-                    "targetBacklogPerReplica": {"type": "integer", "minimum": 1, "default": DEFAULT_TARGET_BACKLOG},
-                    "prometheusAddress": {"type": "string", "pattern": PROMETHEUS_URL_PATTERN,
-                                          "default": DEFAULT_PROMETHEUS_ADDRESS,
-                                          "description": "Prometheus that scrapes the workers (KEDA queries it)."},
-                },
-                "x-kubernetes-validations": [{
-                    "rule": "!has(self.minReplicas) || self.minReplicas <= self.maxReplicas",
-                    "message": "autoscaling.minReplicas must be <= autoscaling.maxReplicas",
-                }],
-            },
+            "autoscaling": autoscaling_schema(),
+            "console": console_schema(),
         },
         "x-kubernetes-validations": [
             {
@@ -343,7 +479,7 @@ def worker_crd() -> dict[str, Any]:
                         "spec": spec_schema(),
                         "status": status_schema(),
                     },
-                    "x-kubernetes-validations": [name_rule()],
+                    "x-kubernetes-validations": [name_rule(), console_name_rule()],
                 }},
                 "subresources": {
                     "status": {},

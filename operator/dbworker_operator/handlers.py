@@ -204,26 +204,27 @@ async def _apply_all(kube: Kube, body: Mapping[str, Any], spec: specs.WorkerSpec
     uid = body["metadata"]["uid"]
     changes: list[str] = []
     problems: list[conditions.Problem] = []
-    for kind, manifest in owned.desired(spec, caps).items():
+    for want in owned.objects(spec, caps):
+        kind, name = want.kind, want.name
         try:
-            if manifest is None:
-                existing = await kube.get(kind, spec.namespace, spec.name)
+            if want.manifest is None:
+                existing = await kube.get(kind, spec.namespace, name)
                 if existing is not None and drift.owned_by(existing, uid):
-                    await kube.delete(kind, spec.namespace, spec.name)
-                    changes.append(f"Deleted {kind.kind} {spec.name}")
+                    await kube.delete(kind, spec.namespace, name)
+                    changes.append(f"Deleted {kind.kind} {name}")
                     runtime.metrics.objects_applied.labels("deleted").inc()
                 continue
-            applied = await kube.apply(kind, owned.owned_by(manifest, body), owner_uid=uid,
-                                       on_create=owned.initial_fields(kind, spec, caps))
-            if kind is kinds.DEPLOYMENT:
+            applied = await kube.apply(kind, owned.owned_by(want.manifest, body), owner_uid=uid,
+                                       on_create=want.on_create)
+            if kind is kinds.DEPLOYMENT and name == spec.name:  # the workers', not the console's
                 deployment = applied.obj
             if applied.action != "unchanged":
-                changes.append(f"{applied.action.capitalize()} {kind.kind} {spec.name}")
+                changes.append(f"{applied.action.capitalize()} {kind.kind} {name}")
                 runtime.metrics.objects_applied.labels(applied.action).inc()
         except NotOwned as exc:
             problems.append(conditions.name_conflict(exc))
         except KubeError as exc:
-            problems.append(conditions.apply_failed(kind, spec.name, exc.message))
+            problems.append(conditions.apply_failed(kind, name, exc.message))
     return deployment, changes, problems
 
 

@@ -46,9 +46,13 @@ def rule_groups() -> dict[str, list[dict[str, Any]]]:
             # Owner references with blockOwnerDeletion need `update` on the owner's finalizers where
             # the OwnerReferencesPermissionEnforcement admission plugin runs; no request uses it.
             _rule(worker.group, [f"{worker.plural}/finalizers"], ["update"]),
-            # The Deployment is always wanted (never deleted: owner references collect it with the Worker).
-            _rule(kinds.DEPLOYMENT.group, [kinds.DEPLOYMENT.plural], [*watch, "create", "patch"]),
-            *(_rule(kind.group, [kind.plural], owned) for kind in (kinds.PDB, kinds.SCALED_OBJECT, kinds.POD_MONITOR)),
+            # The workers' Deployment is collected with the Worker; the console's (spec.console) is
+            # deleted when the spec turns the console off.
+            _rule(kinds.DEPLOYMENT.group, [kinds.DEPLOYMENT.plural], [*watch, "create", "patch", "delete"]),
+            _rule(kinds.SERVICE.group, [kinds.SERVICE.plural], owned),  # the console's
+            # TriggerAuthentication: KEDA's database credentials for a Worker that scales from zero.
+            *(_rule(kind.group, [kind.plural], owned) for kind in (kinds.PDB, kinds.SCALED_OBJECT,
+                                                                     kinds.TRIGGER_AUTHENTICATION, kinds.POD_MONITOR)),
             # Pods: listed by the Worker's selector, for their state, IPs and termination messages.
             _rule("", ["pods"], ["list"]),
             _rule("", ["events"], ["create"]),

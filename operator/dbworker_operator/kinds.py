@@ -40,7 +40,11 @@ WORKER = Kind(f"{GROUP}/{VERSION}", "Worker", "workers", optional=False)
 
 DEPLOYMENT = Kind("apps/v1", "Deployment", "deployments", optional=False)
 PDB = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", optional=False)
+# The console's (spec.console): its Service; its Deployment is a second DEPLOYMENT.
+SERVICE = Kind("v1", "Service", "services", optional=False)
 SCALED_OBJECT = Kind("keda.sh/v1alpha1", "ScaledObject", "scaledobjects", optional=True)
+# KEDA's credentials for the database trigger (scale from zero); served wherever ScaledObjects are.
+TRIGGER_AUTHENTICATION = Kind("keda.sh/v1alpha1", "TriggerAuthentication", "triggerauthentications", optional=True)
 POD_MONITOR = Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors", optional=True)
 
 
@@ -73,7 +77,7 @@ class Capabilities:
         return self.server_version is not None and self.server_version >= UNHEALTHY_POD_EVICTION_SINCE
 
     def serves(self, kind: Kind) -> bool:
-        if kind is SCALED_OBJECT:
+        if kind is SCALED_OBJECT or kind is TRIGGER_AUTHENTICATION:
             return self.keda
         if kind is POD_MONITOR:
             return self.pod_monitors

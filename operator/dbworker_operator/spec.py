@@ -14,6 +14,9 @@ from typing import Any
 
 from dbworker_operator import crd
 
+# Extra pods a rollout runs beside the wanted ones (the Deployment's maxSurge, builders/deployment.py).
+ROLLOUT_SURGE = 1
+
 
 class SpecError(ValueError):
     """A Worker spec the operator cannot build from; the message names the field and the fix."""
@@ -26,17 +29,50 @@ class SecretRef:
 
 
 @dataclass(frozen=True)
+class SqlSource:
+    """A worker's source table, for the database trigger's claimable count."""
+
+    worker: str
+    table: str
+    key: str = crd.DEFAULT_SOURCE_KEY
+    filter: str | None = None
+
+
+@dataclass(frozen=True)
+class DatabaseTrigger:
+    """spec.autoscaling.database: KEDA's postgresql or mysql scaler, credentials from the Worker's Secret."""
+
+    type: str
+    connection_key: str
+    sources: tuple[SqlSource, ...]
+
+
+@dataclass(frozen=True)
 class Autoscaling:
     min_replicas: int
     max_replicas: int
-    target_backlog_per_replica: int
     prometheus_address: str
+    target_per_slot: float = crd.DEFAULT_TARGET_PER_SLOT
+    behavior: Mapping[str, Any] | None = None  # None: the builder's default pacing
+    database: DatabaseTrigger | None = None
 
 
 @dataclass(frozen=True)
 class DisruptionBudget:
     min_available: int | str | None
     max_unavailable: int | str | None
+
+
+@dataclass(frozen=True)
+class ConsoleSpec:
+    """spec.console, when enabled: `dbworker console` pods behind a Service (builders/console.py)."""
+
+    token_secret: SecretRef
+    replicas: int = crd.DEFAULT_CONSOLE_REPLICAS
+    read_only: bool = False
+    service_type: str = crd.DEFAULT_CONSOLE_SERVICE_TYPE
+    service_port: int = crd.DEFAULT_CONSOLE_SERVICE_PORT
+    resources: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -49,6 +85,10 @@ class WorkerSpec:
     app: str
     secret: SecretRef
     env_name: str = crd.DEFAULT_ENV_NAME
+    listen_secret: SecretRef | None = None  # spec.database.listenUrlSecretRef
+    transaction_pooler: bool = False
+    max_connections: int | None = None
+    pool_connections: int = crd.DEFAULT_POOL_CONNECTIONS
     image_pull_policy: str | None = None
     image_pull_secrets: tuple[str, ...] = ()
     workers: tuple[str, ...] = ()
@@ -78,6 +118,19 @@ class WorkerSpec:
     container_security_context: Mapping[str, Any] = field(default_factory=dict)
     tmp_size_limit: str = crd.DEFAULT_TMP_SIZE_LIMIT
     automount_service_account_token: bool = False
+    console: ConsoleSpec | None = None  # None: no console (spec.console absent or not enabled)
+
+    @property
+    def connections_per_pod(self) -> int:
+        """The connections one pod opens (README, "Connection budget"): one per handler process,
+        the coordinator engine's pool, and PostgreSQL's one LISTEN connection (none on MySQL, as
+        the database trigger's type says, nor behind a transaction pooler without a listen URL:
+        those pods poll)."""
+        handlers = sum(n for _, n in self.concurrency)
+        mysql = self.autoscaling is not None and self.autoscaling.database is not None and \
+            self.autoscaling.database.type == "mysql"
+        polls = mysql or (self.transaction_pooler and self.listen_secret is None)
+        return handlers + self.pool_connections + (0 if polls else 1)
 
 
 def _get(spec: Mapping[str, Any], path: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
@@ -214,6 +267,106 @@ def _name(meta: Mapping[str, Any]) -> str:
     return name
 
 
+def _sources(spec: Mapping[str, Any], path: str, workers: tuple[str, ...]) -> tuple[SqlSource, ...]:
+    found: list[SqlSource] = []
+    for i, item in enumerate(_objects(spec, path)):
+        where = f"{path}[{i}]"
+        worker = _worker_name(item.get("worker"), f"{where}.worker")
+        if workers and worker not in workers:
+            raise SpecError(f"spec.{where}.worker: {worker!r} is not in spec.workers; add it there or remove it")
+        if any(source.worker == worker for source in found):
+            raise SpecError(f"spec.{where}.worker: {worker!r} is listed twice; keep one entry")
+        names = {}
+        for name, default in (("table", None), ("key", crd.DEFAULT_SOURCE_KEY)):
+            value = item.get(name, default)
+            if not isinstance(value, str) or not re.match(crd.SQL_NAME_PATTERN, value):
+                raise SpecError(f"spec.{where}.{name}: {value!r} is not a plain SQL name; use letters, digits "
+                                "and _ (the table and column as created, unquoted)")
+            names[name] = value
+        condition = item.get("filter")
+        if condition is not None and (not isinstance(condition, str) or not condition.strip()
+                                      or ";" in condition or "--" in condition or "/*" in condition):
+            raise SpecError(f"spec.{where}.filter: use one SQL condition on the source table's columns, "
+                            "without ; or comments (e.g. ready AND NOT archived)")
+        found.append(SqlSource(worker, names["table"], names["key"], condition))
+    return tuple(found)
+
+
+def _autoscaling(spec: Mapping[str, Any], workers: tuple[str, ...]) -> Autoscaling | None:
+    if _get(spec, "autoscaling", Mapping) is None:
+        return None
+    max_replicas = _count(spec, "autoscaling.maxReplicas", minimum=1, default=None)
+    if max_replicas is None:
+        raise SpecError("spec.autoscaling.maxReplicas is required when autoscaling is set")
+    min_replicas = _count(spec, "autoscaling.minReplicas", minimum=0, default=1) or 0
+    if min_replicas > max_replicas:
+        raise SpecError("spec.autoscaling.minReplicas must be <= spec.autoscaling.maxReplicas")
+    target = _get(spec, "autoscaling.targetPerSlot", (int, float), crd.DEFAULT_TARGET_PER_SLOT)
+    if target <= 0:
+        raise SpecError(f"spec.autoscaling.targetPerSlot is {target}; use a number of items per slot > 0, e.g. 1")
+    database = None
+    if _get(spec, "autoscaling.database", Mapping) is not None:
+        kind = _get(spec, "autoscaling.database.type", str)
+        if kind not in crd.SQL_TRIGGER_TYPES:
+            raise SpecError(f"spec.autoscaling.database.type: {kind!r}; use postgresql or mysql (the database "
+                            "behind spec.database.urlSecretRef)")
+        key = _required(spec, "autoscaling.database.connectionKey",
+                        "name the key of the spec.database.urlSecretRef Secret holding KEDA's connection string")
+        if not re.match(crd.SECRET_KEY_PATTERN, key):
+            raise SpecError(f"spec.autoscaling.database.connectionKey: {key!r} is not a Secret key")
+        sources = _sources(spec, "autoscaling.database.sources", workers)
+        if not sources:
+            raise SpecError("spec.autoscaling.database.sources: list each worker's source table")
+        database = DatabaseTrigger(kind, key, sources)
+    if min_replicas == 0:
+        if database is None:
+            raise SpecError("spec.autoscaling.minReplicas 0 needs spec.autoscaling.database: with no pods only "
+                            "the database can say there is work")
+        missing = [w for w in workers if w not in {s.worker for s in database.sources}]
+        if not workers or missing:
+            raise SpecError("spec.autoscaling.minReplicas 0 needs spec.workers, each with an entry in "
+                            "spec.autoscaling.database.sources, so any worker's work wakes the fleet"
+                            + (f": add one for {missing[0]!r}" if missing else ""))
+    return Autoscaling(
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        prometheus_address=_get(spec, "autoscaling.prometheusAddress", str, crd.DEFAULT_PROMETHEUS_ADDRESS),
+        target_per_slot=float(target),
+        behavior=_get(spec, "autoscaling.behavior", Mapping),
+        database=database,
+    )
+
+
+def _console(spec: Mapping[str, Any], name: str) -> ConsoleSpec | None:
+    if not _get(spec, "console.enabled", bool, False):
+        return None
+    if len(name) > crd.CONSOLE_WORKER_NAME_MAX or not name[:1].isalpha():
+        raise SpecError(f"metadata.name: {name!r} cannot name the console's Service {name}{crd.CONSOLE_SUFFIX} "
+                        f"(a letter first, at most {crd.CONSOLE_WORKER_NAME_MAX} characters before the suffix): "
+                        "recreate the Worker under a shorter name or set spec.console.enabled to false")
+    if _get(spec, "console.tokenSecretRef", Mapping) is None:
+        raise SpecError("spec.console.tokenSecretRef is required with spec.console.enabled: name the Secret and "
+                        "key holding the sign-in tokens (SECRET or NAME=SECRET, comma-separated)")
+    token = SecretRef(
+        _required(spec, "console.tokenSecretRef.name", "name the Secret holding the console's sign-in tokens"),
+        _required(spec, "console.tokenSecretRef.key", "name the key of that Secret holding the tokens"))
+    service_type = _get(spec, "console.service.type", str, crd.DEFAULT_CONSOLE_SERVICE_TYPE)
+    if service_type not in crd.CONSOLE_SERVICE_TYPES:
+        raise SpecError(f"spec.console.service.type: {service_type!r}; use one of "
+                        f"{', '.join(crd.CONSOLE_SERVICE_TYPES)}")
+    port = _count(spec, "console.service.port", minimum=1, default=crd.DEFAULT_CONSOLE_SERVICE_PORT)
+    if port is None or port > 65535:
+        raise SpecError(f"spec.console.service.port is {port}; use a port from 1 to 65535")
+    return ConsoleSpec(
+        token_secret=token,
+        replicas=_count(spec, "console.replicas", minimum=0, default=crd.DEFAULT_CONSOLE_REPLICAS) or 0,
+        read_only=_get(spec, "console.readOnly", bool, False),
+        service_type=service_type,
+        service_port=port,
+        resources=dict(_get(spec, "console.resources", Mapping, {})),
+    )
+
+
 def parse(body: Mapping[str, Any], *, pod_monitor_labels: Mapping[str, str] | None = None) -> WorkerSpec:
     """Build a ``WorkerSpec`` from a Worker object (``metadata`` and ``spec``).
 
@@ -259,21 +412,24 @@ def parse(body: Mapping[str, Any], *, pod_monitor_labels: Mapping[str, str] | No
             raise SpecError("spec.disruptionBudget needs exactly one of minAvailable or maxUnavailable")
         budget = DisruptionBudget(min_available, max_unavailable)
 
-    autoscaling = None
-    if _get(spec, "autoscaling", Mapping) is not None:
-        max_replicas = _count(spec, "autoscaling.maxReplicas", minimum=1, default=None)
-        if max_replicas is None:
-            raise SpecError("spec.autoscaling.maxReplicas is required when autoscaling is set")
-        min_replicas = _count(spec, "autoscaling.minReplicas", minimum=1, default=1) or 1
-        if min_replicas > max_replicas:
-            raise SpecError("spec.autoscaling.minReplicas must be <= spec.autoscaling.maxReplicas")
-        autoscaling = Autoscaling(
-            min_replicas=min_replicas,
-            max_replicas=max_replicas,
-            target_backlog_per_replica=_count(spec, "autoscaling.targetBacklogPerReplica", minimum=1,
-                                              default=crd.DEFAULT_TARGET_BACKLOG) or crd.DEFAULT_TARGET_BACKLOG,
-            prometheus_address=_get(spec, "autoscaling.prometheusAddress", str, crd.DEFAULT_PROMETHEUS_ADDRESS),
-        )
+    autoscaling = _autoscaling(spec, workers)
+    listen_secret = None
+    if _get(spec, "database.listenUrlSecretRef", Mapping) is not None:
+        listen_secret = SecretRef(
+            _required(spec, "database.listenUrlSecretRef.name", "name the Secret holding the direct LISTEN URL"),
+            _required(spec, "database.listenUrlSecretRef.key", "name the key of that Secret holding the URL"))
+    transaction_pooler = _get(spec, "database.transactionPooler", bool, False)
+    if autoscaling and autoscaling.database and autoscaling.database.type == "mysql" and \
+            (listen_secret or transaction_pooler):
+        raise SpecError("spec.database.listenUrlSecretRef and transactionPooler are for PostgreSQL; "
+                        "spec.autoscaling.database.type says mysql: remove them or fix the type")
+    max_connections = _count(spec, "database.maxConnections", minimum=1, default=None)
+    if max_connections is not None:
+        unknown = [w for w in workers if w not in dict(concurrency)]
+        if not workers or unknown:
+            raise SpecError("spec.database.maxConnections needs spec.workers and a spec.concurrency entry for "
+                            "each (the operator counts one connection per handler process)"
+                            + (f": add spec.concurrency.{unknown[0]}" if unknown else ": list spec.workers"))
 
     pod_labels = _string_map(spec, "podLabels")
     for reserved in crd.RESERVED_POD_LABELS:
@@ -286,13 +442,18 @@ def parse(body: Mapping[str, Any], *, pod_monitor_labels: Mapping[str, str] | No
             raise SpecError(f"spec.imagePullSecrets[{i}].name is required")
         pull_secrets.append(ref["name"])
 
-    return WorkerSpec(
+    parsed = WorkerSpec(
         name=name,
         namespace=str(meta.get("namespace") or ""),
         image=image,
         app=app,
         secret=SecretRef(secret_name, secret_key),
         env_name=env_name,
+        listen_secret=listen_secret,
+        transaction_pooler=transaction_pooler,
+        max_connections=max_connections,
+        pool_connections=_count(spec, "database.poolConnections", minimum=0,
+                                default=crd.DEFAULT_POOL_CONNECTIONS) or 0,
         image_pull_policy=_get(spec, "imagePullPolicy", str),
         image_pull_secrets=tuple(pull_secrets),
         workers=workers,
@@ -324,4 +485,11 @@ def parse(body: Mapping[str, Any], *, pod_monitor_labels: Mapping[str, str] | No
                                                       crd.container_security_context_schema()["properties"]),
         tmp_size_limit=_quantity(spec, "tmpSizeLimit", crd.DEFAULT_TMP_SIZE_LIMIT),
         automount_service_account_token=_get(spec, "automountServiceAccountToken", bool, False),
+        console=_console(spec, name),
     )
+    if max_connections is not None and max_connections < parsed.connections_per_pod + \
+            parsed.connections_per_pod * ROLLOUT_SURGE:
+        raise SpecError(f"spec.database.maxConnections {max_connections} is below what one pod and a rollout's "
+                        f"extra pod open ({parsed.connections_per_pod} each: spec.concurrency's handler processes, "
+                        "spec.database.poolConnections, one LISTEN): raise it or lower spec.concurrency")
+    return parsed

@@ -78,9 +78,11 @@ def test_inspect_json_and_text(appdb: AppDb) -> None:
         "FINISHED",
         "FAILED",
         "CLAIMABLE",
+        "PAUSED",
     ]
     assert lines[1].split() == ["main", "0", "0", "1", "2", "2"]
     assert "  3: RuntimeError: boom three" in lines
+    assert report["main"]["paused"] is False
 
 
 def test_retry_ids_and_all_failed(appdb: AppDb) -> None:
@@ -226,7 +228,7 @@ def test_missing_work_tables_are_named_with_the_fix(appdb: AppDb, tmp_path: Path
     r = run_command(["inspect", APP], database_url=appdb.url)
     assert r.returncode == 2
     assert r.stderr == (
-        "dbworker: work table(s) main_work, other_work do not exist; "
+        "dbworker: table(s) main_work, other_work, dbworker_paused do not exist; "
         f"run `dbworker migrate {APP}` first\n"
     )
 
@@ -247,15 +249,25 @@ def test_metrics_port_in_use_is_exit_2(sqlite_db: AppDb) -> None:
     assert r.stderr.endswith("choose another port, or 0 to turn the HTTP server off\n")
 
 
-def test_migrate_installs_notify_triggers_on_postgresql_only(appdb_all: AppDb) -> None:
-    result = run_command(["migrate", APP, "--notify-triggers"], database_url=appdb_all.url)
+def test_migrate_installs_the_wakeup_triggers_by_default_and_removes_them_when_told(appdb_all: AppDb) -> None:
+    def count() -> int:
+        with appdb_all.db.engine.connect() as conn:
+            if appdb_all.db.backend == "postgresql":
+                query = "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'dbworker_notify%%'"
+            elif appdb_all.db.backend == "sqlite":
+                query = "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'dbworker_changes_%%'"
+            else:
+                query = ("SELECT count(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = DATABASE() "
+                         "AND TRIGGER_NAME LIKE 'dbworker_changes_%%'")  # fmt: skip
+            return int(conn.exec_driver_sql(query.replace("%%", "%") if appdb_all.db.backend == "sqlite" else query).scalar_one())
+
+    result = run_command(["migrate", APP], database_url=appdb_all.url)
     assert result.returncode == 0, result.stderr
-    with appdb_all.db.engine.connect() as conn:
-        if appdb_all.db.backend == "postgresql":
-            assert "wake-up triggers: notify trigger on" in result.stdout
-            triggers = conn.execute(
-                sa.text("SELECT count(*) FROM pg_trigger WHERE tgname = 'dbworker_notify'")
-            ).scalar()
-            assert triggers and triggers >= 1
-        else:
-            assert "not PostgreSQL: workers poll" in result.stdout
+    assert "wake-up triggers: on every source table" in result.stdout
+    assert count() >= 2
+    result = run_command(["migrate", APP, "--no-wakeup-triggers"], database_url=appdb_all.url)
+    assert result.returncode == 0, result.stderr
+    assert "wake-up triggers: none (workers poll)" in result.stdout
+    assert count() == 0
+    result = run_command(["migrate", APP, "--no-wakeup-triggers", "--notify-triggers"], database_url=appdb_all.url)
+    assert result.returncode == 2 and "contradict" in result.stderr

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from dbworker import Coordinator, Finished, Outcome, Retry, Unfinished
+from tests import pooler
 
 
 class Base(DeclarativeBase):
@@ -145,11 +146,13 @@ def build(
     timeout: float | None = None,
     **settings: Any,
 ) -> Coordinator:
-    """A coordinator on ``url`` with worker ``items`` (application and work tables created)."""
+    """A coordinator on ``url`` with worker ``items`` (application and work tables created);
+    through the pooler pass's PgBouncer with its settings (``tests.pooler``)."""
     engine = sa.create_engine(url, pool_pre_ping=True)
-    if app_tables:
-        create_app_tables(engine)
+    settings = {**pooler.coordinator_options(url), **settings}
     coordinator = Coordinator(sessionmaker(engine), database_url=url, **settings)
+    if app_tables:
+        create_app_tables(coordinator.engine)  # its engine: pooler settings applied
     coordinator.transactional_worker(
         name="items", source=Item, eligible=eligible, concurrency=concurrency, retry=retry, timeout=timeout
     )(handle)

@@ -68,8 +68,21 @@ ALL_ON: dict[str, Any] = {
     },
     "dashboards": {"enabled": True, "annotations": {"grafana_folder": "dbworker"}},
     "workers": [
-        {"name": "shop", "namespace": "shop", "labels": {"tier": "batch"}, "spec": WORKER_SPEC},
-        {"name": "mail", "spec": {**WORKER_SPEC, "workers": ["mail"], "concurrency": {"mail": 2}}},
+        {"name": "shop", "namespace": "shop", "labels": {"tier": "batch"},
+         "spec": {**WORKER_SPEC, "console": {"enabled": True, "readOnly": True,
+                                             "tokenSecretRef": {"name": "shop-console", "key": "tokens"}}},
+         "consoleIngress": {"enabled": True, "className": "nginx", "host": "jobs.shop.example.com",
+                            "tlsSecretName": "jobs-shop-tls",
+                            "annotations": {"cert-manager.io/cluster-issuer": "letsencrypt"}}},
+        # Behind PgBouncer, a connection budget, scaling from zero on the database's count.
+        {"name": "mail", "spec": {
+            **WORKER_SPEC, "workers": ["mail"], "concurrency": {"mail": 2},
+            "database": {"urlSecretRef": {"name": "mail-db", "key": "url"}, "transactionPooler": True,
+                         "listenUrlSecretRef": {"name": "mail-db", "key": "direct-url"}, "maxConnections": 100},
+            "autoscaling": {"minReplicas": 0, "maxReplicas": 8, "targetPerSlot": 0.8,
+                            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 120}},
+                            "database": {"type": "postgresql", "connectionKey": "keda",
+                                         "sources": [{"worker": "mail", "table": "outgoing_mail"}]}}}},
     ],
     "tests": {"image": "python:3.12-slim"},
     "secretChecks": {"namespaces": ["shop"]},

@@ -39,17 +39,18 @@ ACCEPTED: list[tuple[str, str, str]] = [
     ("CKV_K8S_43", r"^Deployment\.|^Pod\..*-test-healthz$",
      "images by digest are the installer's choice (image.digest, spec.image): the project cannot know "
      "the digest of an image you build; the Dockerfiles pin their base by digest"),
-    ("CKV_K8S_35", r"^Deployment\.(apps\.imgdedup(-min)?|imagededup\.imagededup-api)$",
+    ("CKV_K8S_35", r"^Deployment\.(apps\.imgdedup(-min)?(-console)?|imagededup\.imagededup-api)$",
      "the database URL reaches the application as an environment variable from a secretKeyRef: the "
-     "dbworker command and the example read DATABASE_URL"),
-    ("CKV_K8S_38", r"^Deployment\.(ops\.dbw-dbworker-operator|dbworker-system\.dbworker-operator|apps\.imgdedup)$",
-     "the operator needs its API token; the full sample Worker asks for one (automountServiceAccountToken)"),
-    ("CKV_K8S_40", r"^Deployment\.(imagededup\.postgres|apps\.imgdedup(-min)?)$",
+     "dbworker command and the example read DATABASE_URL (the console's token too: DBWORKER_CONSOLE_TOKEN)"),
+    ("CKV_K8S_38", r"^Deployment\.(ops\.dbw-dbworker-operator|dbworker-system\.dbworker-operator|apps\.imgdedup(-console)?)$",
+     "the operator needs its API token; the full sample Worker asks for one (automountServiceAccountToken), "
+     "and its console's pod is the workers' pod"),
+    ("CKV_K8S_40", r"^Deployment\.(imagededup\.postgres|apps\.imgdedup(-min)?(-console)?)$",
      "the uid is the image's USER (10001 in ours) unless spec.podSecurityContext.runAsUser sets one; "
      "the postgres image's own user is 70, and the full sample chooses 1000"),
-    ("CKV_K8S_10|CKV_K8S_12|CKV_K8S_13", r"^Deployment\.apps\.imgdedup-min$",
+    ("CKV_K8S_10|CKV_K8S_12|CKV_K8S_13", r"^Deployment\.apps\.imgdedup-min(-console)?$",
      "a Worker without spec.resources gets none (or the namespace's LimitRange): the operator cannot "
-     "size your handlers"),
+     "size your handlers, nor the console loading your application (spec.console.resources)"),
     ("CKV_K8S_9", r"^Deployment\.(ops\.dbw-dbworker-operator|dbworker-system\.dbworker-operator)$|"
                   r"^Pod\..*-test-healthz$",
      "no readiness probe for the operator (nothing routes traffic to it; kopf's guidance) or the test hook"),
@@ -74,10 +75,13 @@ def _workers() -> list[dict[str, Any]]:
 
     everything = kinds.Capabilities(keda=True, pod_monitors=True, server_version=(1, 33))
     manifests = []
+    # Each with its console (spec.console): a second Deployment and a Service.
+    console = {"enabled": True, "tokenSecretRef": {"name": "imgdedup-console", "key": "tokens"}}
     for body in (samples.minimal("imgdedup-min"), samples.full()):
-        for manifest in owned.desired(spec.parse(body), everything).values():
-            if manifest is not None:
-                manifests.append(owned.owned_by(manifest, body))
+        body["spec"]["console"] = {**console, "resources": body["spec"].get("resources", {})}
+        for wanted in owned.objects(spec.parse(body), everything):
+            if wanted.manifest is not None:
+                manifests.append(owned.owned_by(wanted.manifest, body))
     return manifests
 
 

@@ -145,6 +145,7 @@ def test_every_option_on_renders_each_optional_object(chart: helm.Chart) -> None
         "PrometheusRule": 1,
         "ConfigMap": 2,
         "Worker": 2,
+        "Ingress": 1,  # to the shop Worker's console
         "Pod": 1,
     }
     [deployment] = by_kind(objs, "Deployment")
@@ -429,6 +430,8 @@ def test_lint_strict_passes(values: dict[str, Any] | None, kube_version: str | N
         ({"workers": [{"name": "a", "spec": {"image": "x", "app": "no-colon", "database": {"urlSecretRef": {"name": "s", "key": "k"}}}}]}, "/workers/0/spec/app", "does not match pattern"),
         ({"workers": [{"name": "a", "spec": {"image": "x", "app": "m:c", "replica": 2, "database": {"urlSecretRef": {"name": "s", "key": "k"}}}}]}, "/workers/0/spec", "'replica' not allowed"),
         ({"workers": [{"name": "a", "spec": {"image": "x", "app": "m:c", "concurrency": {"a": 0}, "database": {"urlSecretRef": {"name": "s", "key": "k"}}}}]}, "/workers/0/spec/concurrency/a", "minimum"),
+        ({"workers": [{"name": "a", "spec": {"image": "x", "app": "m:c", "database": {"urlSecretRef": {"name": "s", "key": "k"}, "maxConnections": 0}}}]}, "/workers/0/spec/database/maxConnections", "minimum"),
+        ({"workers": [{"name": "a", "spec": {"image": "x", "app": "m:c", "database": {"urlSecretRef": {"name": "s", "key": "k"}, "transactionPooler": "yes"}}}]}, "/workers/0/spec/database/transactionPooler", "want boolean"),
     ],
 )
 def test_schema_rejects_bad_values_naming_the_key(chart: helm.Chart, values: dict[str, Any], key: str, why: str) -> None:
@@ -468,6 +471,11 @@ def test_schema_worker_spec_matches_the_crd() -> None:
     crd_spec = crd_schemas()[("dbworker.dev/v1alpha1", "Worker")]["properties"]["spec"]
     assert sorted(values_spec["properties"]) == sorted(crd_spec["properties"])
     assert sorted(values_spec["required"]) == sorted(crd_spec.get("required", []))
+    # The database block is spelt out field by field: the pooler settings and the connection budget.
+    assert sorted(values_spec["properties"]["database"]["properties"]) == \
+        sorted(crd_spec["properties"]["database"]["properties"])
+    described = values_spec["properties"]["autoscaling"]["description"]
+    assert all(name in described for name in crd_spec["properties"]["autoscaling"]["properties"]), described
 
 
 # --- Kubernetes schemas ----------------------------------------------------------------------

@@ -15,6 +15,7 @@ from dbworker import ExecutionStatus
 from dbworker.observe import Observer
 from dbworker.sql import claims, dialects, notify
 from dbworker.wakeups import sqlite
+from tests import pooler
 from tests.apps import basic
 from tests.helpers import wait_until
 from tests.integration.conftest import App
@@ -109,21 +110,30 @@ def test_has_execution_status_with_values_and_columns(app: App) -> None:
 
 
 def test_a_new_row_wakes_workers_without_polling(app: App) -> None:
-    """A new row is claimed long before the next poll: on PostgreSQL with the opt-in trigger
-    (LISTEN/NOTIFY), on SQLite by another connection's commit (PRAGMA data_version)."""
-    if app.db.backend not in ("postgresql", "sqlite"):
-        pytest.skip("MySQL/MariaDB have no wake-up: they are polled")
+    """Out of the box a new row is claimed long before the next poll: create_worker_tables()
+    put the wake-up triggers on the source table (PostgreSQL: LISTEN/NOTIFY; elsewhere the
+    change table, read every 20 ms on MySQL/MariaDB and at each commit seen on SQLite)."""
     # Polls come only every 120 s: only a wake-up can have the worker claim in time.
     c = app.coordinator(poll_seconds=120, max_poll_seconds=120)
-    if app.db.backend == "postgresql":
-        assert c.install_notify_triggers() == ["notify trigger on items"]
-        assert c.install_notify_triggers() == ["notify trigger on items"]  # idempotent
+    assert c.install_notify_triggers() == []  # already there, and left alone
     polls = EmptyPolls()
     c.add_observer(polls)
     c.start()
     wait_until(lambda: polls.seen, what="the first, empty poll")
     [i] = app.add("finish")
     app.wait_status([i], (ExecutionStatus.FINISHED,), timeout=60)
+
+
+def test_without_wakeup_triggers_workers_poll(app: App) -> None:
+    """The opt-out removes the triggers (and only dbworker's): a new row then waits for a poll."""
+    c = app.coordinator(poll_seconds=0.05, max_poll_seconds=0.5)
+    changes = c.upgrade_worker_tables(wakeup_triggers=False)
+    assert any(change.startswith("removed") for change in changes)
+    assert not any(change.startswith("removed") for change in c.upgrade_worker_tables(wakeup_triggers=False))
+    c.start()
+    [i] = app.add("finish")
+    app.wait_status([i], (ExecutionStatus.FINISHED,), timeout=60)
+    assert any("trigger" in change for change in c.install_notify_triggers())  # back again
 
 
 def test_sqlite_commits_are_seen_through_file_events(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -154,7 +164,7 @@ def test_the_trigger_notifies_once_per_statement_naming_its_rows(app: App) -> No
     row trigger of an earlier build is replaced."""
     if app.db.backend != "postgresql":
         pytest.skip("LISTEN/NOTIFY exists on PostgreSQL only; other servers poll")
-    c = app.coordinator()
+    c = app.coordinator(work_tables=False)
     with app.db.engine.begin() as conn:  # the row trigger of an earlier build: replaced below
         conn.exec_driver_sql(
             "CREATE FUNCTION dbworker_notify_items() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
@@ -165,7 +175,7 @@ def test_the_trigger_notifies_once_per_statement_naming_its_rows(app: App) -> No
             "FOR EACH ROW EXECUTE FUNCTION dbworker_notify_items()"
         )
     c.install_notify_triggers()
-    raw = app.db.engine.raw_connection()
+    raw = pooler.direct_engine(app.db.url).raw_connection()  # LISTEN needs the server itself
     try:
         listener = raw.driver_connection
         listener.autocommit = True  # type: ignore[union-attr]
@@ -201,16 +211,12 @@ def _ready_in_no_order() -> sa.Select[Any]:
 def test_rows_enabled_behind_the_sweep_are_claimed_at_once(app: App, enabled: int) -> None:
     """A row made eligible below the sweep's cursor is claimed at its wake-up, not the next wrap.
 
-    PostgreSQL: the notification names the row; more than the loop takes by key at once (a
-    bulk update) makes it sweep from the start instead. SQLite: the commit watcher's wake-up
-    names no row and the sweep past the cursor finds nothing, so it looks behind the cursor.
+    The wake-up triggers (installed by default) name the row: PostgreSQL's notification,
+    the change table elsewhere; more than the loop takes by key at once (a bulk update)
+    make it sweep from the start instead.
     """
-    if app.db.backend not in ("postgresql", "sqlite"):
-        pytest.skip("MySQL/MariaDB have no wake-up: they are polled")
     # Polls and wraps only every 120 s: only a wake-up can find the rows in time.
     c = app.coordinator(eligible=_ready_in_no_order, poll_seconds=120, max_poll_seconds=120)
-    if app.db.backend == "postgresql":
-        c.install_notify_triggers()
     waiting = app.add(*["finish"] * enabled, ready=False)
     c.start()
     [ahead] = app.add("finish")  # a higher key: the sweep's cursor passes the waiting rows
@@ -222,11 +228,8 @@ def test_rows_enabled_behind_the_sweep_are_claimed_at_once(app: App, enabled: in
 
 
 def test_a_row_inserted_below_the_sweep_is_claimed_at_once(app: App) -> None:
-    """PostgreSQL, every row eligible (the one-statement claim): a key lower than the cursor's."""
-    if app.db.backend != "postgresql":
-        pytest.skip("LISTEN/NOTIFY exists on PostgreSQL only; other servers poll")
+    """Every row eligible (on PostgreSQL the one-statement claim): a key lower than the cursor's."""
     c = app.coordinator(poll_seconds=120, max_poll_seconds=120)
-    c.install_notify_triggers()
     c.start()
     with Session(app.db.engine) as s:
         s.add(basic.Item(id=1000, action="finish"))

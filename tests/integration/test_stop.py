@@ -24,7 +24,8 @@ def test_stop_waits_for_running_handlers(app: App, tmp_path: Path) -> None:
     go = tmp_path / "go"
     [i] = app.add(f"wait:{go}")
     c.start()
-    wait_until(lambda: app.status(i) is ExecutionStatus.WORKING, what="the claim")
+    # Started, not only claimed: a claimed item not started yet is given back at once.
+    wait_until(lambda: app.started(i), what="the handler to start")
     stopper = threading.Thread(target=c.stop)
     stopper.start()
     [later] = app.add("finish")

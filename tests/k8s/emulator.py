@@ -36,6 +36,7 @@ RESOURCES: dict[RKey, tuple[str, bool, tuple[str, ...]]] = {
     ("", "v1", "pods"): ("Pod", True, ("status",)),
     ("", "v1", "secrets"): ("Secret", True, ()),
     ("", "v1", "events"): ("Event", True, ()),
+    ("", "v1", "services"): ("Service", True, ("status",)),
     ("", "v1", "namespaces"): ("Namespace", False, ("status",)),
     ("apps", "v1", "deployments"): ("Deployment", True, ("status", "scale")),
     ("policy", "v1", "poddisruptionbudgets"): ("PodDisruptionBudget", True, ("status",)),
@@ -45,7 +46,8 @@ RESOURCES: dict[RKey, tuple[str, bool, tuple[str, ...]]] = {
     ("dbworker.dev", "v1alpha1", "workers"): ("Worker", True, ("status", "scale")),
 }
 OPTIONAL: dict[str, dict[RKey, tuple[str, bool, tuple[str, ...]]]] = {
-    "keda": {("keda.sh", "v1alpha1", "scaledobjects"): ("ScaledObject", True, ("status",))},
+    "keda": {("keda.sh", "v1alpha1", "scaledobjects"): ("ScaledObject", True, ("status",)),
+             ("keda.sh", "v1alpha1", "triggerauthentications"): ("TriggerAuthentication", True, ())},
     "prometheus-operator": {("monitoring.coreos.com", "v1", "podmonitors"): ("PodMonitor", True, ())},
 }
 TEST_TOKEN = "emulator-test-token"

@@ -54,9 +54,26 @@ def full(name: str = "imgdedup", namespace: str = "apps") -> dict[str, Any]:
         "tmpSizeLimit": "2Gi",
         "automountServiceAccountToken": True,
         "disruptionBudget": {"maxUnavailable": 1},
-        "autoscaling": {"minReplicas": 2, "maxReplicas": 10, "targetBacklogPerReplica": 50},
+        "autoscaling": {"minReplicas": 2, "maxReplicas": 10, "targetPerSlot": 0.8},
     })
     return body
+
+
+def scale_to_zero(name: str = "mailer", *, kind: str = "postgresql") -> dict[str, Any]:
+    """A Worker behind PgBouncer with a connection budget that scales from zero on the database's count."""
+    return with_spec(minimal(name), **{
+        "workers": ["emails", "thumbs"],
+        "concurrency": {"emails": 8, "thumbs": 8},
+        "database": {"urlSecretRef": {"name": f"{name}-db", "key": "url"},
+                     **({"listenUrlSecretRef": {"name": f"{name}-db", "key": "direct-url"},
+                         "transactionPooler": True} if kind == "postgresql" else {}),
+                     "maxConnections": 200},
+        "autoscaling": {"minReplicas": 0, "maxReplicas": 20,
+                        "database": {"type": kind, "connectionKey": "keda",
+                                     "sources": [{"worker": "emails", "table": "outbox"},
+                                                 {"worker": "thumbs", "table": "images", "key": "image_id",
+                                                  "filter": "uploaded"}]}},
+    })
 
 
 def with_spec(body: dict[str, Any], **changes: Any) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import pytest
 from dbworker_operator import kinds, labels, spec
 from dbworker_operator.builders import autoscaling, deployment, disruption, monitoring, owned
 
-from tests.k8s import restricted, samples
+from tests.k8s import keda, restricted, samples
 
 K8S_VERSION = "1.33"
 # The oldest Kubernetes the chart supports (Chart.yaml's kubeVersion) and the newest schema here.
@@ -30,6 +30,9 @@ POD_METRICS_ENDPOINT = {"port", "portNumber", "path", "interval", "scrapeTimeout
 def _validate(manifest: dict[str, Any], version: str = K8S_VERSION) -> None:
     """kubernetes-validate for built-in kinds; for add-on kinds their metadata and selectors
     (embedded in built-in kinds) plus the documented field names."""
+    if manifest["kind"] in ("ScaledObject", "TriggerAuthentication"):
+        keda.validate(manifest, version)
+        return
     if manifest["kind"] not in ("ScaledObject", "PodMonitor"):
         kubernetes_validate.validate(manifest, version, strict=True)
         return
@@ -53,7 +56,9 @@ def _validate(manifest: dict[str, Any], version: str = K8S_VERSION) -> None:
 
 
 @pytest.mark.parametrize(("version", "server"), [(OLDEST, (1, 25)), (NEWEST, (1, 37))], ids=["oldest", "newest"])
-@pytest.mark.parametrize("body", [samples.minimal(), samples.full()], ids=["minimal", "full"])
+@pytest.mark.parametrize("body", [samples.minimal(), samples.full(), samples.scale_to_zero(),
+                                  samples.scale_to_zero(kind="mysql")],
+                         ids=["minimal", "full", "scale-to-zero", "scale-to-zero-mysql"])
 def test_every_built_manifest_is_valid(body: dict[str, Any], version: str, server: tuple[int, int]) -> None:
     """Valid, with no field the server lacks, from the oldest supported Kubernetes to the newest."""
     parsed = spec.parse(body)
@@ -215,8 +220,9 @@ def test_scaled_object_targets_the_deployment_on_backlog() -> None:
     assert scaled["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "imgdedup"}
     assert (scaled["spec"]["minReplicaCount"], scaled["spec"]["maxReplicaCount"]) == (2, 10)
     trigger = scaled["spec"]["triggers"][0]
-    assert trigger["type"] == "prometheus" and trigger["metadata"]["threshold"] == "50"
+    assert trigger["type"] == "prometheus" and trigger["metadata"]["threshold"] == "0.8"
     assert 'namespace="apps"' in trigger["metadata"]["query"] and "dbworker_backlog" in trigger["metadata"]["query"]
+    assert "cooldownPeriod" not in scaled["spec"], "KEDA uses it only between 1 and 0 pods"
     assert autoscaling.build(spec.parse(samples.minimal())) is None
 
 

@@ -60,6 +60,7 @@ def test_crd_manifest_is_valid_and_has_subresources_and_columns() -> None:
 def test_good_workers_pass() -> None:
     assert check(samples.minimal()) == []
     assert check(samples.full()) == []
+    assert check(samples.scale_to_zero()) == [] and check(samples.scale_to_zero(kind="mysql")) == []
     percent = samples.with_spec(samples.minimal(), disruptionBudget={"minAvailable": "50%"})
     assert check(percent) == []
 
@@ -93,7 +94,15 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("string replicas", _bad(replicas="3"), "is not of type 'integer'"),
     ("min > max replicas", _bad(autoscaling={"minReplicas": 5, "maxReplicas": 2}),
      "autoscaling.minReplicas must be <= autoscaling.maxReplicas"),
-    ("autoscaling to zero", _bad(autoscaling={"minReplicas": 0, "maxReplicas": 2}), "less than the minimum of 1"),
+    ("autoscaling to zero without the database trigger", _bad(autoscaling={"minReplicas": 0, "maxReplicas": 2}),
+     "minReplicas 0 needs autoscaling.database"),
+    ("a database trigger of another kind", _bad(autoscaling={"maxReplicas": 2, "database": {
+        "type": "sqlite", "connectionKey": "k", "sources": [{"worker": "a", "table": "t"}]}}), "sqlite"),
+    ("a source table that is not a plain name", _bad(autoscaling={"maxReplicas": 2, "database": {
+        "type": "postgresql", "connectionKey": "k", "sources": [{"worker": "a", "table": "x; drop"}]}}),
+     "does not match"),
+    ("no connection budget", _bad(database={"urlSecretRef": {"name": "a", "key": "b"}, "maxConnections": 0}),
+     "less than the minimum of 1"),
     ("max poll < poll", _bad(pollSeconds=5, maxPollSeconds=1), "maxPollSeconds must be >= pollSeconds"),
     ("poll above default max", _bad(maxPollSeconds=None, pollSeconds=20), "maxPollSeconds must be >= pollSeconds"),
     ("concurrency outside workers", _bad(concurrency={"resize": 2}), "every concurrency key must be listed"),

@@ -123,7 +123,7 @@ def test_the_images_install_what_the_distributions_declare() -> None:
     assert any(dep.startswith("dbworker>=") for dep in operator), "the operator needs the library (dbworker.redact)"
     example = (DOCKERFILES[1]).read_text()
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    for extra in ("postgresql", "mysql", "pod"):
+    for extra in ("postgresql", "mysql", "pod", "console"):  # console: the hash Worker's spec.console
         assert extra in extras and f"'{extra}'" in example
 
 

@@ -32,6 +32,7 @@ from tests.k8s.harness import (
 )
 
 PDBS = f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets"
+SERVICES = f"/api/v1/namespaces/{NS}/services"
 
 
 @pytest.fixture(scope="module")
@@ -285,6 +286,49 @@ def test_operator_metrics_count_reconciles_without_errors(op: Operator) -> None:
     assert "Traceback" not in op.log()
 
 
+def test_the_console_runs_beside_the_workers_is_kept_and_goes_when_turned_off(op: Operator) -> None:
+    op.secret("cons-db", {"url": "postgresql://app:s3cret@db/app"})
+    op.secret("cons-console", {"tokens": "ops=console-token-0123456789"})
+    worker = op.worker("cons", console={"enabled": True, "tokenSecretRef": {"name": "cons-console", "key": "tokens"}})
+    uid = worker["metadata"]["uid"]
+    dep = op.wait(lambda: op.get(f"{DEPLOYMENTS}/cons-console"), "the console's Deployment")
+    svc = op.wait(lambda: op.get(f"{SERVICES}/cons-console"), "the console's Service")
+    assert dep["metadata"]["ownerReferences"][0]["uid"] == svc["metadata"]["ownerReferences"][0]["uid"] == uid
+    assert dep["spec"]["template"]["spec"]["containers"][0]["command"][:3] == [
+        "dbworker", "console", "imgdedup.jobs:coordinator"]
+    assert svc["spec"]["ports"][0]["port"] == 80 and svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+    workers = op.wait(lambda: op.get(f"{DEPLOYMENTS}/cons"), "the workers' Deployment beside it")
+    assert workers["spec"]["template"]["spec"]["containers"][0]["command"][1] == "run"
+    op.wait(lambda: ("Normal", "Applied", "Created Service cons-console") in op.events("cons"), "the Service's Event")
+    # The status is the workers': the console's Deployment never stands in for theirs.
+    op.act_as_deployment_controller("cons")
+    op.wait(lambda: (op.condition("cons", "Ready") or {}).get("status") == "True", "Ready=True from the workers")
+
+    op.patch(f"{SERVICES}/cons-console", {"spec": {"ports": [{"name": "http", "port": 9999, "targetPort": "http"}]}})
+    op.wait(lambda: (op.get(f"{SERVICES}/cons-console") or {})["spec"]["ports"][0]["port"] == 80,
+            "the edited Service put back")
+    op.delete(f"{DEPLOYMENTS}/cons-console")
+    op.wait(lambda: op.get(f"{DEPLOYMENTS}/cons-console"), "the deleted console Deployment recreated")
+    op.patch(f"{WORKERS}/cons", {"spec": {"console": {"service": {"port": 8080}, "replicas": 2}}})
+    op.wait(lambda: (op.get(f"{SERVICES}/cons-console") or {})["spec"]["ports"][0]["port"] == 8080
+            and (op.get(f"{DEPLOYMENTS}/cons-console") or {})["spec"]["replicas"] == 2, "the spec's new port and count")
+
+    op.patch(f"{WORKERS}/cons", {"spec": {"console": {"enabled": False}}})
+    op.wait(lambda: op.get(f"{DEPLOYMENTS}/cons-console") is None and op.get(f"{SERVICES}/cons-console") is None,
+            "the console's Deployment and Service deleted")
+    assert op.get(f"{DEPLOYMENTS}/cons") is not None, "the workers keep running"
+    text = op.log() + str(op.events("cons")) + str(op.get(f"{WORKERS}/cons"))
+    assert "console-token-0123456789" not in text and "s3cret" not in text
+
+
+def test_a_console_without_its_token_is_refused_at_the_door(op: Operator) -> None:
+    if not op.emulator.cluster or not op.emulator.cluster.validators:
+        pytest.skip("cel-python is not installed: the emulator has no admission")
+    body = samples.with_spec(samples.minimal("notoken", NS), console={"enabled": True})
+    response = op.api.post(WORKERS, json={**body, "metadata": {"name": "notoken"}})
+    assert response.status_code == 422 and "console.tokenSecretRef is required" in response.text, response.text
+
+
 def test_every_api_call_is_allowed_by_the_generated_rbac_rules(op: Operator) -> None:
     """RBAC equals what is called, both ways: nothing the rules refuse, nothing granted unused
     (but the finalizers check and the add-on kinds this cluster does not serve)."""
@@ -292,4 +336,5 @@ def test_every_api_call_is_allowed_by_the_generated_rbac_rules(op: Operator) -> 
     assert ("dbworker.dev", "workers", "watch") in calls
     rules = install.rbac_rules(scope="cluster", deletion_cost=True, secrets=True)  # Secrets readable in apps
     assert not_allowed(calls, rules) == set()
-    assert never_called(calls, rules, not_served=(kinds.SCALED_OBJECT, kinds.POD_MONITOR)) == set()
+    assert never_called(calls, rules, not_served=(kinds.SCALED_OBJECT, kinds.TRIGGER_AUTHENTICATION,
+                                                       kinds.POD_MONITOR)) == set()

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 from dbworker_operator import install
 
+from tests.k8s import samples
 from tests.k8s.emulator import running
 from tests.k8s.harness import (
     DEPLOYMENTS,
@@ -27,6 +28,8 @@ from tests.k8s.harness import (
 SCALED_OBJECTS = f"/apis/keda.sh/v1alpha1/namespaces/{NS}/scaledobjects"
 POD_MONITORS = f"/apis/monitoring.coreos.com/v1/namespaces/{NS}/podmonitors"
 PDBS = f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets"
+TRIGGER_AUTHENTICATIONS = f"/apis/keda.sh/v1alpha1/namespaces/{NS}/triggerauthentications"
+SERVICES = f"/api/v1/namespaces/{NS}/services"
 
 
 @pytest.fixture(scope="module")
@@ -91,15 +94,63 @@ def test_dropping_features_deletes_their_objects(ops: tuple[Operator, Operator])
     op, _ = ops
     op.secret("dropped-db", {"url": "sqlite:///x"})
     op.worker("dropped", autoscaling={"maxReplicas": 4}, metrics={"podMonitor": True},
-              disruptionBudget={"minAvailable": "50%"})
-    for path in (f"{SCALED_OBJECTS}/dropped", f"{POD_MONITORS}/dropped", f"{PDBS}/dropped"):
+              disruptionBudget={"minAvailable": "50%"},
+              console={"enabled": True, "tokenSecretRef": {"name": "dropped-console", "key": "tokens"}})
+    for path in (f"{SCALED_OBJECTS}/dropped", f"{POD_MONITORS}/dropped", f"{PDBS}/dropped",
+                 f"{SERVICES}/dropped-console", f"{DEPLOYMENTS}/dropped-console"):
         op.wait(functools.partial(op.get, path), path)
+    # KEDA's initial count is the workers' Deployment's; the console keeps its own.
+    assert (op.get(f"{DEPLOYMENTS}/dropped-console") or {})["spec"]["replicas"] == 1
+    op.patch(f"{SERVICES}/dropped-console", {"spec": {"type": "NodePort"}})  # drift: the Service's `patch`
+    op.wait(lambda: (op.get(f"{SERVICES}/dropped-console") or {})["spec"]["type"] == "ClusterIP", "ClusterIP again")
     op.patch(f"{WORKERS}/dropped", {"spec": {"autoscaling": None, "disruptionBudget": None,
-                                             "metrics": {"podMonitor": False}, "replicas": 3}})
+                                             "metrics": {"podMonitor": False}, "replicas": 3,
+                                             "console": {"enabled": False}}})
+    op.wait(lambda: op.get(f"{SERVICES}/dropped-console") is None, "the console's Service deleted")
+    op.wait(lambda: op.get(f"{DEPLOYMENTS}/dropped-console") is None, "the console's Deployment deleted")
     op.wait(lambda: op.get(f"{SCALED_OBJECTS}/dropped") is None, "the ScaledObject deleted")
     op.wait(lambda: op.get(f"{PDBS}/dropped") is None, "the PodDisruptionBudget deleted")
     op.wait(lambda: op.get(f"{POD_MONITORS}/dropped") is None, "the PodMonitor deleted")
     op.wait(lambda: (op.get(f"{DEPLOYMENTS}/dropped") or {})["spec"]["replicas"] == 3, "spec.replicas back in charge")
+
+
+def test_scale_from_zero_with_a_connection_budget(ops: tuple[Operator, Operator]) -> None:
+    """minReplicas 0: the database trigger and its TriggerAuthentication; maxConnections caps KEDA
+    and the ConnectionBudget condition gives the numbers; both kept and dropped like the rest."""
+    op, _ = ops
+    op.secret("zero-db", {"url": "postgresql+psycopg://u:pw@pgbouncer/app", "direct-url": "postgresql+psycopg://u:pw@db/app",
+                          "keda": "postgresql://u:pw@db:5432/app"})
+    zero = samples.scale_to_zero("zero")["spec"]
+    op.worker("zero", **{k: v for k, v in zero.items() if k != "database"},
+              database={**zero["database"], "urlSecretRef": {"name": "zero-db", "key": "url"},
+                        "listenUrlSecretRef": {"name": "zero-db", "key": "direct-url"}})
+    auth_path = f"{TRIGGER_AUTHENTICATIONS}/zero"
+    auth = op.wait(functools.partial(op.get, auth_path), auth_path)
+    assert auth["spec"]["secretTargetRef"] == [{"parameter": "connection", "name": "zero-db", "key": "keda"}]
+    scaled = op.wait(functools.partial(op.get, f"{SCALED_OBJECTS}/zero"), "the ScaledObject")
+    # 2 workers x 8 + pool 5 + LISTEN 1 = 22 per pod; 200 // 22 = 9, one kept for a rollout.
+    assert (scaled["spec"]["minReplicaCount"], scaled["spec"]["maxReplicaCount"]) == (0, 8)
+    assert [t["type"] for t in scaled["spec"]["triggers"]] == ["prometheus", "postgresql"]
+    assert (op.get(f"{DEPLOYMENTS}/zero") or {})["spec"]["replicas"] == 0, "created at the minimum"
+    cond = op.wait(lambda: op.condition("zero", "ConnectionBudget"), "the ConnectionBudget condition")
+    assert cond["status"] == "True" and cond["reason"] == "AutoscalingCapped", cond
+    assert "462 of spec.database.maxConnections 200" in cond["message"] and "at most 8" in cond["message"]
+    assert ("Warning", "AutoscalingCapped") in {(t, r) for t, r, _ in op.events("zero")}
+    worker = op.get(f"{WORKERS}/zero") or {}
+    assert "pw" not in str(worker.get("status")) and all("pw" not in m for _, _, m in op.events("zero"))
+
+    # A budget that fits: KEDA may use every pod the spec allows, the condition clears.
+    op.patch(f"{WORKERS}/zero", {"spec": {"database": {"maxConnections": 22 * 21}}})
+    op.wait(lambda: (op.get(f"{SCALED_OBJECTS}/zero") or {})["spec"]["maxReplicaCount"] == 20, "the cap lifted")
+    op.wait(lambda: (op.condition("zero", "ConnectionBudget") or {}).get("reason") == "WithinBudget",
+            "ConnectionBudget=False")
+    # The TriggerAuthentication drifts back, and goes with the database trigger.
+    op.patch(auth_path, {"spec": {"secretTargetRef": [{"parameter": "connection", "name": "other", "key": "k"}]}})
+    op.wait(lambda: (op.get(auth_path) or {})["spec"]["secretTargetRef"][0]["name"] == "zero-db",
+            "the TriggerAuthentication put back")
+    op.patch(f"{WORKERS}/zero", {"spec": {"autoscaling": {"minReplicas": 1, "database": None}}})
+    op.wait(lambda: op.get(auth_path) is None, "the TriggerAuthentication deleted")
+    op.wait(lambda: len((op.get(f"{SCALED_OBJECTS}/zero") or {})["spec"]["triggers"]) == 1, "one trigger left")
 
 
 def test_only_the_higher_priority_replica_acts(ops: tuple[Operator, Operator]) -> None:

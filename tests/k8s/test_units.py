@@ -37,7 +37,8 @@ def test_full_spec_is_read() -> None:
     parsed = spec.parse(samples.full())
     assert parsed.workers == ("hash", "compare")
     assert parsed.concurrency == (("compare", 2), ("hash", 4))
-    assert parsed.autoscaling == spec.Autoscaling(2, 10, 50, "http://prometheus-operated.monitoring.svc:9090")
+    assert parsed.autoscaling == spec.Autoscaling(2, 10, "http://prometheus-operated.monitoring.svc:9090",
+                                                  target_per_slot=0.8)
     assert parsed.poll_seconds == 0.5 and parsed.lease_seconds == 30.0
 
 

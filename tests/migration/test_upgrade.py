@@ -84,15 +84,20 @@ def test_old_layout_upgrades_to_a_fresh_install_from_many_processes(db: Database
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(4) as pool:
         changes = pool.map(_upgrade_in_process, [db.url] * 4)
-    # Each change made by exactly one process: three columns and two indexes.
+    # Each change made by exactly one process: five columns, two indexes, dbworker's own
+    # tables, the wake-up triggers.
     made = sorted(change for c in changes for change in c)
-    assert made == [
+    assert made == sorted([
         "added column items_work.attempts",
+        "added column items_work.claimed_by",
+        "added column items_work.ended_at",
         "added column items_work.not_before",
         "added column items_work.traceback",
         *(["added index ix_items_work_execution_status"] if release == "0.0.1" else []),
         "added index ix_items_work_not_before",
-    ]
+        "created dbworker_paused",
+        *_wakeup_changes(db.backend),
+    ])
     assert _upgrade_in_process(db.url) == []  # a second upgrade is a no-op
     upgraded = schema(db.engine, "items_work")
     fresh_db = tmp_path / "fresh"
@@ -108,20 +113,34 @@ def test_old_layout_upgrades_to_a_fresh_install_from_many_processes(db: Database
         gen.close()
 
 
+def _wakeup_changes(backend: str) -> list[str]:
+    """What an upgrade reports beside the work tables: the fleet's sweep table and the
+    wake-up triggers (on PostgreSQL NOTIFY triggers; elsewhere the change table's)."""
+    if backend == "postgresql":
+        return ["created dbworker_sweeps", "notify trigger on items"]
+    return ["created dbworker_sweeps", "created dbworker_changes", "wake-up triggers on items"]
+
+
 def test_old_database_keeps_working_before_and_after_the_upgrade(db: Database) -> None:
     build_old_database(db)
     c = basic.build(db.url, app_tables=False, work_tables=False, **FAST)
     work = c.workers["items"].table
     assert not upgrade.current(db.engine, work)
     # Before the upgrade: refused at start, naming the fix; nothing was claimed or changed.
-    with pytest.raises(RuntimeError, match=r"items_work lacks attempts, not_before, traceback\): run `dbworker migrate"):
+    with pytest.raises(
+        RuntimeError, match=r"items_work lacks attempts, not_before, traceback, claimed_by, ended_at\): run `dbworker migrate"
+    ):
         c.start()
     assert c.upgrade_worker_tables() == [
         "added column items_work.attempts",
         "added column items_work.not_before",
         "added column items_work.traceback",
+        "added column items_work.claimed_by",
+        "added column items_work.ended_at",
         "added index ix_items_work_execution_status",
         "added index ix_items_work_not_before",
+        "created dbworker_paused",
+        *_wakeup_changes(db.backend),
     ]
     assert upgrade.current(db.engine, work)
     c = basic.build(db.url, app_tables=False, work_tables=False, **FAST)

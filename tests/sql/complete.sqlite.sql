@@ -1,3 +1,3 @@
 -- complete on sqlite (pysqlite, capabilities: none)
--- parameters: dbw_status, claim_token=None, lease_expires_at=None, dbw_error, not_before=None, traceback=None, dbw_sid, dbw_token, execution_status_1='working'
-UPDATE items_work SET execution_status=?, claim_token=?, lease_expires_at=?, error=?, not_before=?, traceback=? WHERE items_work.source_id = ? AND items_work.claim_token = ? AND items_work.execution_status = ?
+-- parameters: dbw_status, claim_token=None, lease_expires_at=None, dbw_error, not_before=None, traceback=None, dbw_status, param_1='unfinished', strftime_1='%Y-%m-%d %H:%M:%f000', strftime_2='now', strftime_3='+0 seconds', dbw_sid, dbw_token, execution_status_1='working'
+UPDATE items_work SET execution_status=?, claim_token=?, lease_expires_at=?, error=?, not_before=?, traceback=?, ended_at=CASE WHEN (? = ?) THEN items_work.ended_at ELSE strftime(?, ?, ?) END WHERE items_work.source_id = ? AND items_work.claim_token = ? AND items_work.execution_status = ?

@@ -86,6 +86,12 @@ STATEMENTS: dict[str, Callable[[statements.Prebuilt, dialects.Capabilities], Any
     "eligible": lambda st, caps: statements.eligible_candidates(
         st, KEY, statements.eligible_query(ready_by_priority, KEY), caps, cursor=False
     ),
+    "eligible_low": lambda st, caps: statements.eligible_candidates(
+        st, KEY, statements.eligible_query(ready_by_priority, KEY), caps, cursor=False, low=True
+    ),
+    "first_candidate": lambda st, caps: statements.first_candidate(
+        st, KEY, statements.eligible_query(ready_by_priority, KEY), caps, bound=True
+    ),
     "named": lambda st, caps: statements.named_candidates(st, KEY, statements.eligible_query(None, KEY), caps, [1, 2]),
     "named_eligible": lambda st, caps: statements.named_candidates(
         st, KEY, statements.eligible_query(ready_by_priority, KEY), caps, [1, 2]
@@ -114,8 +120,12 @@ def render(statement: Any, d: Dialect, *, title: str) -> str:
     compiled = statement.compile(dialect=d)
     params = compiled.params
     names = list(compiled.positiontup) if compiled.positional else list(params)
-    # A bound parameter the caller binds (dbw_*) by name alone; one with a value, with it.
-    shown = [name if compiled.binds[name].required else f"{name}={params[name]!r}" for name in names]
+    # A bound parameter the caller binds (dbw_*) or one computed per execution (dbw_claimer)
+    # by name alone; one with a fixed value, with it.
+    shown = [
+        name if compiled.binds[name].required or compiled.binds[name].callable else f"{name}={params[name]!r}"
+        for name in names
+    ]
     # Lines without their trailing spaces, so an editor's clean-up never makes a file differ.
     sql = "\n".join(line.rstrip() for line in str(compiled).strip().splitlines())
     return f"-- {title}\n-- parameters: {', '.join(shown) or 'none'}\n{sql}\n"

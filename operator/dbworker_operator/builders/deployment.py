@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from dbworker_operator import kinds, labels
-from dbworker_operator.spec import WorkerSpec
+from dbworker_operator.spec import ROLLOUT_SURGE, WorkerSpec
 
 CONTAINER = "worker"
 MIGRATE_CONTAINER = "migrate"
@@ -25,10 +25,15 @@ def _number(value: float) -> str:
 
 
 def dbworker_env(spec: WorkerSpec) -> list[dict[str, Any]]:
-    """The environment of both containers: the database URL from the Secret, then DBWORKER_*."""
+    """The environment of both containers: the database URL (and the direct LISTEN URL) from
+    Secrets, then DBWORKER_*."""
     env: list[dict[str, Any]] = [
         {"name": spec.env_name,
          "valueFrom": {"secretKeyRef": {"name": spec.secret.name, "key": spec.secret.key}}},
+        *([{"name": "DBWORKER_LISTEN_URL",  # the pod's one LISTEN connection, past the pooler
+            "valueFrom": {"secretKeyRef": {"name": spec.listen_secret.name, "key": spec.listen_secret.key}}}]
+          if spec.listen_secret else []),
+        *([{"name": "DBWORKER_TRANSACTION_POOLER", "value": "true"}] if spec.transaction_pooler else []),
         {"name": "DBWORKER_METRICS_PORT", "value": str(spec.metrics_port)},
         {"name": "DBWORKER_DRAIN_SECONDS", "value": str(spec.drain_seconds)},
         {"name": "DBWORKER_LOG_FORMAT", "value": "json"},
@@ -157,7 +162,7 @@ def build(spec: WorkerSpec, *, replicas: int | None, pod_monitor: bool = False) 
             "selector": {"matchLabels": labels.selector(spec.name)},
             "revisionHistoryLimit": 5,
             # Start the new pod before stopping an old one: capacity never dips during a rollout.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": ROLLOUT_SURGE, "maxUnavailable": 0}},
             "template": {
                 "metadata": {"labels": pod_labels(spec),
                              "annotations": pod_annotations(spec, pod_monitor=pod_monitor)},

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from dbworker_operator import kinds
-from dbworker_operator.builders import autoscaling, deployment, disruption, monitoring
+from dbworker_operator import budget, kinds
+from dbworker_operator.builders import autoscaling, console, deployment, disruption, monitoring
 from dbworker_operator.spec import WorkerSpec
 
 
@@ -36,6 +37,7 @@ def desired(spec: WorkerSpec, capabilities: kinds.Capabilities) -> dict[kinds.Ki
         kinds.DEPLOYMENT: deployment.build(spec, replicas=replicas, pod_monitor=monitored(spec, capabilities)),
         kinds.PDB: disruption.build(spec, capabilities),
         kinds.SCALED_OBJECT: autoscaling.build(spec),
+        kinds.TRIGGER_AUTHENTICATION: autoscaling.build_trigger_authentication(spec),
         kinds.POD_MONITOR: monitoring.build(spec),
     }
     return {kind: manifest for kind, manifest in wanted.items() if capabilities.serves(kind)}
@@ -46,8 +48,31 @@ def initial_fields(kind: kinds.Kind, spec: WorkerSpec, capabilities: kinds.Capab
     Deployment starts at the autoscaling minimum, then KEDA owns the count."""
     if kind is kinds.DEPLOYMENT and scaled_by_keda(spec, capabilities):
         assert spec.autoscaling is not None  # for type checkers: scaled_by_keda says so
-        return {"spec": {"replicas": spec.autoscaling.min_replicas}}
+        cap = budget.replica_cap(spec)  # within the connection budget, as the ScaledObject's minimum
+        return {"spec": {"replicas": spec.autoscaling.min_replicas if cap is None
+                         else min(spec.autoscaling.min_replicas, cap)}}
     return {}
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """One owned object: its kind and name, its manifest (None: should not exist), and the
+    fields to set only when creating it (``initial_fields``)."""
+
+    kind: kinds.Kind
+    name: str
+    manifest: dict[str, Any] | None
+    on_create: dict[str, Any] = field(default_factory=dict)
+
+
+def objects(spec: WorkerSpec, capabilities: kinds.Capabilities) -> list[Wanted]:
+    """Every object a Worker owns: ``desired``'s, named after the Worker, then the console's
+    (builders/console.py: a second Deployment and a Service, named <worker>-console)."""
+    return [
+        *(Wanted(kind, spec.name, manifest, initial_fields(kind, spec, capabilities))
+          for kind, manifest in desired(spec, capabilities).items()),
+        *(Wanted(kind, name, manifest) for kind, name, manifest in console.desired(spec)),
+    ]
 
 
 def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,96 @@
+"""The JSON API under ``/api/``: the pages' reads and actions, for scripts (Bearer tokens).
+
+Its OpenAPI description is ``/api/openapi.json``, shown as a page at ``/api/docs``.
+Errors are ``{"detail": "..."}`` with the status code saying which kind.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Request
+
+from dbworker.console import actions, queries
+from dbworker.console.context import console_of, key_or_400, who_of, worker_or_404, writable
+
+router = APIRouter(prefix="/api", tags=["api"])
+
+StatusFilter = Annotated[
+    str | None, Query(description="only items in this status", pattern="^(failed|working|unfinished|finished)$")
+]
+
+
+@router.get("/workers", summary="Every worker: counts, claimable, running by pod, failures in the last hour, pause")
+def workers(request: Request) -> dict[str, Any]:
+    console = console_of(request)
+    return {"workers": [w.as_json() for w in queries.overview(console.coordinator)], "read_only": console.read_only}
+
+
+@router.get("/workers/{worker}/items", summary="A page of a worker's items, newest (highest id) first")
+def items(
+    request: Request,
+    worker: str,
+    status: StatusFilter = None,
+    before: Annotated[str | None, Query(description="the `next` value of the previous page")] = None,
+    id: Annotated[str | None, Query(description="look up this id only")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = queries.PAGE_SIZE,
+) -> dict[str, Any]:
+    console = console_of(request)
+    name = worker_or_404(console, worker)
+    below = None if before is None else key_or_400(console, name, before, field="before")
+    one = None if id is None else key_or_400(console, name, id)
+    rows, after = queries.items(console.coordinator, name, status=status, before=below, source_id=one, limit=limit)
+    return {"worker": name, "status": status, "items": rows, "next": after}
+
+
+@router.get("/workers/{worker}/items/{item_id}", summary="One item: its work state and traceback, and its source row")
+def item(request: Request, worker: str, item_id: str) -> dict[str, Any]:
+    console = console_of(request)
+    name = worker_or_404(console, worker)
+    found = queries.item(console.coordinator, name, key_or_400(console, name, item_id))
+    if found is None:
+        raise HTTPException(404, f"worker {name!r} has no item {item_id!r} (no work record and no source row)")
+    found["source"] = None if found["source"] is None else dict(found["source"])
+    return found
+
+
+@router.post("/workers/{worker}/items/{item_id}/retry", summary="Reset a failed item so it is claimed again")
+def retry(request: Request, worker: str, item_id: str) -> dict[str, Any]:
+    console = console_of(request)
+    name = worker_or_404(console, worker)
+    writable(console)
+    key = key_or_400(console, name, item_id)
+    return {"retried": actions.retry(console.coordinator, name, key, who=who_of(request).name)}
+
+
+@router.post("/workers/{worker}/items/{item_id}/cancel", summary="Cancel an item that is not finished or failed")
+def cancel(request: Request, worker: str, item_id: str) -> dict[str, Any]:
+    console = console_of(request)
+    name = worker_or_404(console, worker)
+    writable(console)
+    key = key_or_400(console, name, item_id)
+    return {"cancelled": actions.cancel(console.coordinator, name, key, who=who_of(request).name)}
+
+
+@router.post("/workers/{worker}/retry-all", summary="Reset every failed item of a worker")
+def retry_all(request: Request, worker: str) -> dict[str, Any]:
+    console = console_of(request)
+    name = worker_or_404(console, worker)
+    writable(console)
+    return {"retried": actions.retry_all(console.coordinator, name, who=who_of(request).name)}
+
+
+@router.post("/workers/{worker}/pause", summary="Stop claiming for a worker in every pod (running handlers finish)")
+def pause(request: Request, worker: str) -> dict[str, Any]:
+    console = console_of(request)
+    name = worker_or_404(console, worker)
+    writable(console)
+    return {"paused": True, "changed": actions.pause(console.coordinator, name, who=who_of(request).name)}
+
+
+@router.post("/workers/{worker}/resume", summary="Resume claiming for a paused worker in every pod")
+def resume(request: Request, worker: str) -> dict[str, Any]:
+    console = console_of(request)
+    name = worker_or_404(console, worker)
+    writable(console)
+    return {"paused": False, "changed": actions.resume(console.coordinator, name, who=who_of(request).name)}

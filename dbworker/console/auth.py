@@ -1,0 +1,117 @@
+"""Who is asking: sign-in tokens, the session cookie, bearer tokens and CSRF checks.
+
+Pages sign in once with a token and keep a signed session cookie (HttpOnly,
+SameSite=Strict); the API takes ``Authorization: Bearer <token>``. Every page action
+carries the session's CSRF value in its form, and no action is taken for a request a
+browser marks as coming from another site. Without tokens (a loopback address only, see
+``tokens.is_loopback``) every caller is ``local``. Secrets are compared in constant time
+and never logged or shown.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from itsdangerous import BadSignature, URLSafeTimedSerializer
+from starlette.requests import Request
+
+COOKIE = "dbworker_console"
+SESSION_SECONDS = 12 * 3600
+LOCAL = "local"  # who acts when the console runs without tokens
+
+
+@dataclass(frozen=True)
+class Who:
+    """A signed-in caller: the token's name, and the session's CSRF value (None for the API)."""
+
+    name: str
+    csrf: str | None
+
+
+class Auth:
+    """The console's tokens and the signer of its session cookies."""
+
+    def __init__(self, tokens: Mapping[str, str]) -> None:
+        self._tokens = dict(tokens)
+        # Derived from the tokens: sessions survive restarts and work across replicas, and
+        # changing the tokens signs everyone out. Without tokens: a key of this process.
+        key = (
+            hmac.new(b"dbworker-console", "\n".join(f"{n}={s}" for n, s in sorted(self._tokens.items())).encode(), hashlib.sha256).digest()
+            if self._tokens
+            else secrets.token_bytes(32)
+        )
+        self._signer = URLSafeTimedSerializer(key, salt="dbworker-console-session")
+
+    @property
+    def required(self) -> bool:
+        """Whether callers must sign in (the console was given tokens)."""
+        return bool(self._tokens)
+
+    def name_of(self, given: str) -> str | None:
+        """The name of the token ``given`` is, or None; every token is compared (constant time)."""
+        found = None
+        for name, secret in self._tokens.items():
+            if hmac.compare_digest(given.encode(), secret.encode()):
+                found = name
+        return found
+
+    def session(self, name: str) -> tuple[Who, str]:
+        """A new session for ``name``: the caller and its cookie value."""
+        who = Who(name, secrets.token_urlsafe(24))
+        return who, self._signer.dumps({"n": who.name, "c": who.csrf})
+
+    def from_cookie(self, request: Request) -> Who | None:
+        raw = request.cookies.get(COOKIE)
+        if not raw:
+            return None
+        try:
+            data = self._signer.loads(raw, max_age=SESSION_SECONDS)
+        except BadSignature:
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("n"), str) or not isinstance(data.get("c"), str):
+            return None
+        if self.required and data["n"] not in self._tokens:
+            return None  # the token was removed
+        return Who(data["n"], data["c"])
+
+    def from_bearer(self, request: Request) -> Who | None:
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            return None
+        name = self.name_of(given.strip())
+        return None if name is None else Who(name, None)
+
+
+def set_cookie(response: object, value: str, request: Request) -> None:
+    """Put the session cookie on ``response``: HttpOnly, SameSite=Strict, Secure over HTTPS."""
+    response.set_cookie(  # type: ignore[attr-defined]
+        COOKIE, value, max_age=SESSION_SECONDS, httponly=True, samesite="strict",
+        secure=request.url.scheme == "https", path="/",
+    )  # fmt: skip
+
+
+def csrf_ok(who: Who, given: str | None) -> bool:
+    """Whether a form's CSRF value is the session's."""
+    return who.csrf is not None and given is not None and hmac.compare_digest(who.csrf.encode(), given.encode())
+
+
+def same_site(request: Request) -> bool:
+    """False when the browser says the request comes from another site (Sec-Fetch-Site, Origin)."""
+    if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+        return False
+    origin = request.headers.get("origin")
+    if origin and origin != "null":
+        return urlsplit(origin).netloc == request.headers.get("host", "")
+    return origin != "null"
+
+
+def safe_next(target: str | None) -> str:
+    """A redirect target that stays on this console (a path), else ``/``."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target

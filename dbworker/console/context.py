@@ -1,0 +1,54 @@
+"""What every request handler of the console needs: the Coordinator, the options, the caller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import HTTPException
+from starlette.requests import Request
+
+import dbworker
+from dbworker.console import queries
+from dbworker.console.auth import Auth, Who
+
+
+@dataclass(frozen=True)
+class Console:
+    """The application's Coordinator and how this console serves it."""
+
+    coordinator: dbworker.Coordinator
+    auth: Auth
+    read_only: bool
+
+
+def console_of(request: Request) -> Console:
+    found: Console = request.app.state.console
+    return found
+
+
+def who_of(request: Request) -> Who:
+    """The caller the sign-in middleware found (every handler behind it has one)."""
+    found: Who = request.state.who
+    return found
+
+
+def worker_or_404(console: Console, name: str) -> str:
+    """``name`` if it is a registered worker; else 404 naming the registered ones."""
+    if name not in console.coordinator.workers:
+        known = ", ".join(console.coordinator.workers) or "none"
+        raise HTTPException(404, f"unknown worker {name!r} (registered: {known})")
+    return name
+
+
+def writable(console: Console) -> None:
+    """403 when the console is read-only."""
+    if console.read_only:
+        raise HTTPException(403, "the console is read-only (--read-only): actions are refused")
+
+
+def key_or_400(console: Console, worker: str, raw: str, *, field: str = "id") -> Any:
+    try:
+        return queries.convert_id(console.coordinator, worker, raw)
+    except ValueError as exc:
+        raise HTTPException(400, f"{field}: {exc}") from None

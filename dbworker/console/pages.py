@@ -1,0 +1,192 @@
+"""The console's HTML pages (server-rendered with Jinja2; htmx only refreshes them).
+
+Reads: the overview, a worker's items, one item, the confirmation of Retry all, the API
+page. Actions are POSTed forms carrying the session's CSRF value; each redirects back to
+the page it came from with a short outcome code (``?done=``), so reloading never repeats it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import parse_qsl, urlencode
+
+from fastapi import APIRouter, Form, HTTPException, Request
+from fastapi.responses import RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from dbworker.console import actions, auth, queries
+from dbworker.console.context import (
+    Console,
+    console_of,
+    key_or_400,
+    who_of,
+    worker_or_404,
+    writable,
+)
+
+TEMPLATES = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))
+router = APIRouter(include_in_schema=False)
+
+# What each outcome code of a redirect says (codes, not text, travel in the URL).
+DONE = {
+    "retried": "Item reset: it will be claimed again.",
+    "not-failed": "That item is not failed: nothing to retry.",
+    "cancelled": "Item cancelled.",
+    "not-cancelled": "That item is finished or failed already: nothing to cancel.",
+    "retried-all": "Failed items reset: they will be claimed again.",
+    "paused": "Worker paused: every pod stops claiming for it within a second; running handlers finish.",
+    "resumed": "Worker resumed.",
+}
+
+CsrfField = Annotated[str, Form()]
+BackField = Annotated[str, Form()]
+
+
+def render(request: Request, template: str, status_code: int = 200, **context: Any) -> Response:
+    console = console_of(request)
+    who = getattr(request.state, "who", None)
+    done = DONE.get(request.query_params.get("done", ""))
+    return TEMPLATES.TemplateResponse(
+        request, template,
+        {"who": who, "read_only": console.read_only, "signed": console.auth.required, "done": done, **context},
+        status_code=status_code,
+    )  # fmt: skip
+
+
+@router.get("/")
+def overview(request: Request) -> Response:
+    return render(request, "overview.html", workers=queries.overview(console_of(request).coordinator))
+
+
+@router.get("/workers/{worker}")
+def worker_page(request: Request, worker: str, status: str = "", before: str = "", id: str = "") -> Response:
+    console = console_of(request)
+    name = worker_or_404(console, worker)
+    if status and status not in queries.FILTERS:
+        raise HTTPException(400, f"status {status!r} is not one of {', '.join(queries.FILTERS)} (or empty for all)")
+    below = key_or_400(console, name, before, field="before") if before else None
+    one = key_or_400(console, name, id) if id.strip() else None
+    rows, after = queries.items(console.coordinator, name, status=status or None, before=below, source_id=one)
+    return render(
+        request, "worker.html", worker=name, status=status, rows=rows, after=after, search=id,
+        paused=queries.paused(console.coordinator, name), filters=queries.FILTERS,
+    )  # fmt: skip
+
+
+@router.get("/workers/{worker}/items/{item_id}")
+def item_page(request: Request, worker: str, item_id: str) -> Response:
+    console = console_of(request)
+    name = worker_or_404(console, worker)
+    found = queries.item(console.coordinator, name, key_or_400(console, name, item_id))
+    if found is None:
+        raise HTTPException(404, f"worker {name!r} has no item {item_id!r} (no work record and no source row)")
+    return render(request, "item.html", worker=name, item=found)
+
+
+@router.get("/workers/{worker}/retry-all")
+def confirm_retry_all(request: Request, worker: str) -> Response:
+    console = console_of(request)
+    name = worker_or_404(console, worker)
+    writable(console)
+    return render(request, "confirm.html", worker=name, count=queries.counts(console.coordinator, name)["failed"])
+
+
+@router.post("/workers/{worker}/items/{item_id}/retry")
+def retry(request: Request, worker: str, item_id: str, csrf: CsrfField = "", back: BackField = "") -> Response:
+    console, name = _acting(request, worker, csrf)
+    done = actions.retry(console.coordinator, name, key_or_400(console, name, item_id), who=who_of(request).name)
+    return _back(back, "retried" if done else "not-failed")
+
+
+@router.post("/workers/{worker}/items/{item_id}/cancel")
+def cancel(request: Request, worker: str, item_id: str, csrf: CsrfField = "", back: BackField = "") -> Response:
+    console, name = _acting(request, worker, csrf)
+    done = actions.cancel(console.coordinator, name, key_or_400(console, name, item_id), who=who_of(request).name)
+    return _back(back, "cancelled" if done else "not-cancelled")
+
+
+@router.post("/workers/{worker}/retry-all")
+def retry_all(request: Request, worker: str, csrf: CsrfField = "") -> Response:
+    console, name = _acting(request, worker, csrf)
+    actions.retry_all(console.coordinator, name, who=who_of(request).name)
+    return _back(f"/workers/{name}?status=failed", "retried-all")
+
+
+@router.post("/workers/{worker}/pause")
+def pause(request: Request, worker: str, csrf: CsrfField = "", back: BackField = "") -> Response:
+    console, name = _acting(request, worker, csrf)
+    actions.pause(console.coordinator, name, who=who_of(request).name)
+    return _back(back, "paused")
+
+
+@router.post("/workers/{worker}/resume")
+def resume(request: Request, worker: str, csrf: CsrfField = "", back: BackField = "") -> Response:
+    console, name = _acting(request, worker, csrf)
+    actions.resume(console.coordinator, name, who=who_of(request).name)
+    return _back(back, "resumed")
+
+
+@router.get("/login")
+def login_form(request: Request, next: str = "/") -> Response:
+    return render(request, "login.html", next=auth.safe_next(next), error=None)
+
+
+@router.post("/login")
+def login(request: Request, token: Annotated[str, Form()] = "", next: Annotated[str, Form()] = "/") -> Response:
+    console = console_of(request)
+    target = auth.safe_next(next)
+    name = console.auth.name_of(token.strip()) if token.strip() else None
+    if name is None:
+        actions.log.warning("console: sign-in refused (wrong or empty token) from %s", _client(request))
+        return render(request, "login.html", 401, next=target, error="That token is not valid. Check it and try again.")
+    _, cookie = console.auth.session(name)
+    actions.log.info("console: %s signed in from %s", name, _client(request))
+    response = RedirectResponse(target, status_code=303)
+    auth.set_cookie(response, cookie, request)
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request, csrf: CsrfField = "") -> Response:
+    _checked(request, csrf)
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(auth.COOKIE, path="/")
+    return response
+
+
+@router.get("/api/docs")
+def api_docs(request: Request) -> Response:
+    spec = request.app.openapi()
+    routes = [
+        {"method": method.upper(), "path": path, "summary": op.get("summary", ""),
+         "parameters": [p["name"] for p in op.get("parameters", []) if p.get("in") == "query"]}
+        for path, methods in spec.get("paths", {}).items()
+        for method, op in methods.items()
+    ]  # fmt: skip
+    return render(request, "api_docs.html", routes=routes, title=spec.get("info", {}).get("title", ""))
+
+
+def _acting(request: Request, worker: str, csrf: str) -> tuple[Console, str]:
+    console = console_of(request)
+    name = worker_or_404(console, worker)
+    writable(console)
+    _checked(request, csrf)
+    return console, name
+
+
+def _checked(request: Request, csrf: str) -> None:
+    if not auth.same_site(request):
+        raise HTTPException(403, "refused: the request comes from another site")
+    if not auth.csrf_ok(who_of(request), csrf):
+        raise HTTPException(403, "refused: the form's CSRF value is missing or stale; reload the page and try again")
+
+
+def _back(back: str, done: str) -> Response:
+    path, _, query = auth.safe_next(back).partition("?")
+    kept = [(k, v) for k, v in parse_qsl(query) if k != "done"]
+    return RedirectResponse(f"{path}?{urlencode([*kept, ('done', done)])}", status_code=303)
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "unknown"

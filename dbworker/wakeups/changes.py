@@ -1,0 +1,163 @@
+"""Following the change table (MySQL/MariaDB, SQLite): payloads to the router, announcements out.
+
+``sql.changes`` holds the table and its triggers. A ``ChangeFeed`` remembers the highest id
+it has seen and hands every newer row's payload to ``on_payload`` (the router's
+``notified``, as for a PostgreSQL notification). On MySQL/MariaDB ids are taken at insert
+but become visible at commit, so a lower id can appear after a higher one: ids skipped
+below the highest are looked for again for ``GAP_SECONDS`` (one that never appears was
+rolled back). Rows older than ``KEEP_SECONDS`` are pruned by any reader.
+
+MySQL/MariaDB have nothing to wait on, so a thread reads every ``POLL_SECONDS``: one
+indexed range read of an empty range while idle. On SQLite the data_version watcher calls
+``read_now`` when another connection committed. On both the thread writes the ``done:``
+announcements, batched.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from dbworker import redact
+from dbworker.backoff import Backoff
+from dbworker.sql import changes, notify
+from dbworker.sql.dialects import connect
+
+log = logging.getLogger("dbworker")
+
+# A read every 20 ms: pick-up within about 10 ms on average, 20 ms at worst, for one
+# indexed read of an empty range (about 0.1 ms of server time) per coordinator.
+POLL_SECONDS = 0.02
+GAP_SECONDS = 10.0  # a transaction that holds a lower id longer is not waited for
+MAX_GAPS = 1024
+KEEP_SECONDS = 60.0  # rows are kept this long for readers (pruned after)
+READ_LIMIT = 512
+
+
+class ChangeFeed:
+    """One coordinator's reader of the change table, and the writer of its announcements."""
+
+    def __init__(self, engine: Engine, on_payload: Callable[[str], None], on_unnamed: Callable[[], None], *,
+                 secrets: tuple[str, ...]) -> None:  # fmt: skip
+        self._engine = engine
+        self._on_payload = on_payload
+        self._on_unnamed = on_unnamed
+        self._secrets = secrets
+        self._read_lock = threading.Lock()  # the SQLite watcher and a loop may both read
+        self._ended_lock = threading.Lock()
+        self._seen: int | None = None  # highest id read (None: not read yet)
+        self._gaps: dict[int, float] = {}  # ids below it not seen yet -> when first missed
+        self._marks: list[tuple[float, int]] = []  # (when, seen then): for pruning
+        self._ended: dict[str, set[str] | None] = {}  # done announcements, as the Listener's
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="dbworker-changes", daemon=True)
+
+    # --- the polling thread (MySQL/MariaDB) -------------------------------------------------
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        # SQLite's data_version watcher calls read_now at each commit it sees: the thread
+        # only writes announcements there.
+        poll = self._engine.dialect.name != "sqlite"
+        errors = Backoff(0.2, 10.0, jitter=0.5)
+        while not self._stop.wait(POLL_SECONDS):
+            try:
+                self._flush()
+                if poll:
+                    self.read()
+                errors.reset()
+            except Exception as exc:  # noqa: BLE001 - polling covers the gap; retried
+                log.warning("dbworker: change table reader error: %s", redact.describe(exc, self._secrets))
+                self._stop.wait(errors.next())
+
+    # --- reading (any thread) --------------------------------------------------------------
+    def read_now(self) -> None:
+        """``read``, for a watcher's thread: errors are logged (the watcher reads again at
+        the next commit it sees)."""
+        try:
+            self.read()
+        except Exception as exc:  # noqa: BLE001 - polling covers the gap
+            log.warning("dbworker: change table reader error: %s", redact.describe(exc, self._secrets))
+
+    def prime(self) -> bool:
+        """Learn where the table stands (the first ``read`` does it otherwise); False if the
+        database could not be read."""
+        try:
+            self.read()
+        except Exception as exc:  # noqa: BLE001 - the first read of the thread tries again
+            log.info("dbworker: could not read the change table: %s", redact.describe(exc, self._secrets))
+            return False
+        return True
+
+    def read(self) -> int:
+        """Hand every new row's payload to ``on_payload``; return how many there were."""
+        with self._read_lock, connect(self._engine) as conn:
+            if self._seen is None:
+                self._seen = changes.top(conn)  # what came before is the sweep's to find
+                conn.rollback()
+                return 0
+            now = time.monotonic()
+            gaps = [g for g, at in self._gaps.items() if now - at < GAP_SECONDS]
+            rows = changes.read(conn, self._seen, gaps, READ_LIMIT)
+            conn.rollback()  # end the read's transaction: the next sees later commits
+            self._gaps = {g: self._gaps[g] for g in gaps}
+            for row_id, _ in rows:
+                self._gaps.pop(row_id, None)
+                if row_id > self._seen + 1:
+                    for missing in range(self._seen + 1, min(row_id, self._seen + 1 + MAX_GAPS)):
+                        self._gaps.setdefault(missing, now)
+                self._seen = max(self._seen, row_id)
+            if len(self._gaps) > MAX_GAPS:
+                self._gaps = dict(sorted(self._gaps.items())[-MAX_GAPS:])
+            try:
+                self._prune(conn, now)
+            except Exception as exc:  # noqa: BLE001 - what was read is still handed on
+                log.warning("dbworker: pruning the change table failed: %s", redact.describe(exc, self._secrets))
+        if len(rows) >= READ_LIMIT:
+            # More than a read takes: the loops sweep instead (a wake-up naming no row),
+            # and the next read goes on from here.
+            self._on_unnamed()
+        else:
+            for _, payload in rows:
+                self._on_payload(payload)
+        return len(rows)
+
+    def _prune(self, conn: sa.Connection, now: float) -> None:
+        assert self._seen is not None
+        if not self._marks or now - self._marks[-1][0] >= KEEP_SECONDS / 4:
+            self._marks.append((now, self._seen))
+        old = [seen for when, seen in self._marks if now - when >= KEEP_SECONDS]
+        if old:
+            self._marks = [(w, s) for w, s in self._marks if now - w < KEEP_SECONDS]
+            # At READ COMMITTED (``connect``'s on MySQL/MariaDB): no gap locks that would
+            # hold up the triggers' inserts.
+            changes.prune(conn, max(old))
+
+    # --- announcing ------------------------------------------------------------------------
+    def announce_done(self, worker: str, key: str | None = None) -> None:
+        """Tell other coordinators an item of ``worker`` ended (``key`` as text): written by
+        the polling thread within a read's interval, batched like the Listener's."""
+        with self._ended_lock:
+            keys = self._ended.get(worker, set())
+            if keys is not None and key is not None and len(keys) < notify.MAX_ANNOUNCED_KEYS:
+                keys.add(key)
+                self._ended[worker] = keys
+            else:
+                self._ended[worker] = None
+
+    def _flush(self) -> None:
+        with self._ended_lock:
+            ended, self._ended = self._ended, {}
+        if ended:
+            with connect(self._engine) as conn:
+                changes.write(conn, notify.done_payloads(ended))
+                conn.commit()
