@@ -33,7 +33,7 @@ from dbworker.observe import Observer, Observers
 from dbworker.retries import Retry
 from dbworker.schedules import inserter, policy, ticks
 from dbworker.sql import changes as sql_changes
-from dbworker.sql import dialects, notify, pauses, poolers, status, sweeps, tables, upgrade
+from dbworker.sql import claims, dialects, notify, pauses, poolers, status, sweeps, tables, upgrade
 from dbworker.sql.dialects import connect
 from dbworker.sql.due import Due, column_of
 from dbworker.wakeups import changes, postgres, sqlite
@@ -313,7 +313,7 @@ class Coordinator:
         """How many items of ``worker`` are claimable now, counting at most ``cap``."""
         w = self._get(worker)
         with connect(self.engine) as conn:
-            return status.backlog(conn, w.table, w.key, w.eligible, cap=cap)
+            return status.backlog(conn, w.table, w.key, w.eligible, cap=cap, after=_fleet_low(conn, w))
 
     def registrations(self) -> list[RegisteredWorker]:
         """Every registered worker, frozen, in registration order."""
@@ -621,6 +621,21 @@ def _check_layout(engine: Engine, work_tables: list[sa.Table]) -> None:
             f"work tables need an upgrade ({named}): run `dbworker migrate MODULE:ATTR` or "
             "coordinator.upgrade_worker_tables() (create_worker_tables() does it too) before start()"
         )
+
+
+def _fleet_low(conn: Connection, worker: RegisteredWorker) -> Any:
+    """Where the fleet's last wrap of ``worker`` left off, as a key to count after (None:
+    unknown, or above the source's top key, as after the table was emptied)."""
+    try:
+        after = sweeps.after(sweeps.low(conn, worker.name), worker.key)
+        conn.rollback()
+    except sa.exc.DBAPIError:  # no dbworker_sweeps (not migrated): count it all
+        conn.rollback()
+        return None
+    if after is None:
+        return None
+    top = claims.top_key(conn, worker.key)
+    return after if top is not None and after <= top else None
 
 
 def _pause_table(engine: Engine) -> None:

@@ -25,7 +25,7 @@ from dbworker.backoff import Backoff
 from dbworker.observe import Observer
 from dbworker.pool import Died, Done, EndReason, Pool, Skipped, describe_exit
 from dbworker.settings import Settings
-from dbworker.sql import attempts, changes, claims, dialects, notify, pauses, poolers, sweeps
+from dbworker.sql import attempts, claims, dialects, notify, pauses, poolers, sweeps, tables
 from dbworker.sql.dialects import connect
 from dbworker.sweep import Sweep
 from dbworker.workers import RegisteredWorker
@@ -120,7 +120,7 @@ class WorkerLoop:
         postgres = engine.dialect.name == "postgresql"
         self.sweep = Sweep(
             keys_as_text=postgres, max_poll_seconds=settings.max_poll_seconds,
-            parse_key=None if postgres else functools.partial(changes.as_key, key=worker.key), fed=fed,
+            parse_key=None if postgres else functools.partial(tables.key_from_text, column=worker.key), fed=fed,
         )  # fmt: skip
         self._fleet_wrap = False  # this loop won the fleet's wrap (sql.sweeps): record it
         self._queue: collections.deque[claims.Claim] = collections.deque()
@@ -401,12 +401,12 @@ class WorkerLoop:
                       redact.describe(exc, self._secrets))  # fmt: skip
             self.sweep.turn(now, won=True, due_in=0.0)
             return
-        low: Any = None
-        if turn.low is not None:
-            low = changes.as_key(turn.low.removeprefix(sweeps.TOP), self.worker.key)
-            if not turn.low.startswith(sweeps.TOP):  # the lowest claimable key itself
-                low = low - 1 if isinstance(low, int) and not isinstance(low, bool) else None
+        low = sweeps.after(turn.low, self.worker.key)
         starting = not self.sweep.started
+        if starting and low is not None and not turn.won:
+            top = claims.top_key(conn, self.worker.key)
+            if top is None or low > top:  # the source was emptied since: keys start over
+                low = None
         self.sweep.turn(now, won=turn.won, due_in=turn.due_in, low=low)
         self._fleet_wrap = turn.won
         if starting and not self.sweep.wrapping:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -156,18 +155,3 @@ def prune(conn: Connection, upto: int) -> int:
     n = conn.execute(sa.delete(TABLE).where(TABLE.c.id <= upto)).rowcount
     conn.commit()
     return int(n or 0)
-
-
-def as_key(text: str, key: sa.Column[Any]) -> Any:
-    """A key's text (as the triggers write it) as the key column's value; None when its type
-    has no plain text form (the wake-up then names no row).
-    """
-    try:
-        kind = key.type.python_type
-    except NotImplementedError:
-        return None
-    if kind is int:
-        return int(text) if text.lstrip("-").isdigit() else None
-    if kind is str:
-        return text
-    return None

@@ -72,10 +72,31 @@ def backlog(
     eligible: Callable[[], sa.Select[Any]] | None,
     *,
     cap: int,
+    after: Any = None,
 ) -> int:
-    """How many rows of the eligible query are claimable now, counting at most ``cap``."""
-    query = statements.claimable(table, key, statements.eligible_query(eligible, key), dialects.of(conn))
-    return int(conn.execute(sa.select(sa.func.count()).select_from(query.limit(cap).subquery())).scalar_one())
+    """How many rows of the eligible query are claimable now, counting at most ``cap``.
+
+    ``after``: a key up to which no row was claimable when the fleet's last wrap looked
+    (``sweeps.after``), so the count does not walk the finished history: rows past it, plus
+    the items below it claimable again since (given back, reset, done waiting, expired),
+    read through the work table's indexes. A row below it enabled since is claimed by key
+    within moments and not counted.
+    """
+    caps = dialects.of(conn)
+    query = statements.claimable(table, key, statements.eligible_query(eligible, key), caps, after=after)
+    n = int(conn.execute(sa.select(sa.func.count()).select_from(query.limit(cap).subquery())).scalar_one())
+    if after is None or n >= cap:
+        return n
+    w = table.c
+    again = sa.select(w.source_id).where(
+        w.source_id <= after,
+        sa.or_(
+            sa.and_(w.execution_status == statements.UNFINISHED,
+                    sa.or_(w.not_before.is_(None), w.not_before <= caps.now())),
+            sa.and_(w.execution_status == statements.WORKING, w.lease_expires_at <= caps.now()),
+        ),
+    )  # fmt: skip
+    return n + int(conn.execute(sa.select(sa.func.count()).select_from(again.limit(cap - n).subquery())).scalar_one())
 
 
 def failed(session: Session, table: sa.Table, *, limit: int) -> list[tuple[Any, str | None]]:

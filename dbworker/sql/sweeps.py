@@ -12,6 +12,7 @@ upgrade as the work tables.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -84,3 +85,20 @@ def record(conn: Connection, worker: str, low: str | None, *, spacing: float) ->
         conn.execute(
             sa.update(TABLE).where(TABLE.c.worker == worker).values(low=low, next_wrap_at=caps.now_plus(spacing))
         )
+
+
+def low(conn: Connection, worker: str) -> str | None:
+    """Where ``worker``'s last wrap left off (``TABLE``'s ``low``), if one was recorded."""
+    return conn.execute(sa.select(TABLE.c.low).where(TABLE.c.worker == worker)).scalar()
+
+
+def after(low: str | None, key: sa.Column[Any]) -> Any:
+    """``low`` as a key to sweep after: every key up to it was not claimable at the wrap.
+    None when unknown, or not expressible (the lowest claimable key of a non-integer type).
+    """
+    if low is None:
+        return None
+    value = tables.key_from_text(low.removeprefix(TOP), key)
+    if low.startswith(TOP) or value is None:
+        return value
+    return value - 1 if isinstance(value, int) and not isinstance(value, bool) else None

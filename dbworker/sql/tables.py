@@ -43,26 +43,42 @@ def source_key(source: Any) -> sa.Column[Any]:
     return cast("sa.Column[Any]", source_mapper(source).primary_key[0])
 
 
+def key_kind(column: sa.Column[Any]) -> type | None:
+    """The Python type of a key column's values (None when its type does not say)."""
+    try:
+        return cast(type, column.type.python_type)
+    except NotImplementedError:
+        return None
+
+
+def key_from_text(text: str, column: sa.Column[Any]) -> Any:
+    """A key's text form (as triggers, notifications and ``dbworker_sweeps`` write it) as
+    ``column``'s value: int, UUID or text; None when it is not one, or the type has no
+    plain text form (a wake-up naming it then names no row)."""
+    kind = key_kind(column)
+    try:
+        if kind is int:
+            return int(text)
+        if kind is uuid.UUID:
+            return uuid.UUID(text)
+    except ValueError:
+        return None
+    return text if kind is str else None
+
+
 def parse_key(raw: str, source: Any) -> Any:
     """``raw`` (typed by a person) as the type of ``source``'s primary key: int, UUID or text;
     ``ValueError`` naming the expected type.
     """
     column = source_key(source)
-    try:
-        python_type = column.type.python_type
-    except NotImplementedError:
+    kind = key_kind(column)
+    if kind not in (int, uuid.UUID):
         return raw
-    if python_type is int:
-        try:
-            return int(raw)
-        except ValueError:
-            raise ValueError(f"item ID {raw!r} is not an integer (the primary key of {source.__name__})") from None
-    if python_type is uuid.UUID:
-        try:
-            return uuid.UUID(raw)
-        except ValueError:
-            raise ValueError(f"item ID {raw!r} is not a UUID (the primary key of {source.__name__})") from None
-    return raw
+    value = key_from_text(raw, column)
+    if value is None:
+        what = "an integer" if kind is int else "a UUID"
+        raise ValueError(f"item ID {raw!r} is not {what} (the primary key of {source.__name__})")
+    return value
 
 
 def table_name(worker: str) -> str:

@@ -15,6 +15,7 @@ announcements, batched.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -66,27 +67,32 @@ class ChangeFeed:
 
     def _run(self) -> None:
         # SQLite's data_version watcher calls read_now at each commit it sees: the thread
-        # only writes announcements there.
+        # only writes announcements there. Elsewhere it holds one autocommitted connection:
+        # a read is one statement, with no pool checkout around it.
         poll = self._engine.dialect.name != "sqlite"
         errors = Backoff(0.2, 10.0, jitter=0.5)
-        while not self._stop.wait(POLL_SECONDS):
+        while not self._stop.is_set():
             try:
-                self._flush()
-                if poll:
-                    self.read()
-                errors.reset()
+                with self._engine.connect() as held:
+                    conn = held.execution_options(isolation_level="AUTOCOMMIT")
+                    while not self._stop.wait(POLL_SECONDS):
+                        self._flush(conn)
+                        if poll:
+                            self.read(conn)
+                        errors.reset()
             except Exception as exc:  # noqa: BLE001 - polling covers the gap; retried
                 log.warning("dbworker: change table reader error: %s", redact.describe(exc, self._secrets))
                 self._stop.wait(errors.next())
 
     # --- reading (any thread) --------------------------------------------------------------
     def read_now(self) -> None:
-        """``read``, for a watcher's thread: errors are logged (the watcher reads again at
-        the next commit it sees)."""
+        """``read``, for a watcher's thread. On an error every loop looks (a wake-up naming no
+        row), so what the commit changed is not left to the next wrap."""
         try:
             self.read()
-        except Exception as exc:  # noqa: BLE001 - polling covers the gap
+        except Exception as exc:  # noqa: BLE001 - the loops look instead
             log.warning("dbworker: change table reader error: %s", redact.describe(exc, self._secrets))
+            self._on_unnamed()
 
     def prime(self) -> bool:
         """Learn where the table stands (the first ``read`` does it otherwise); False if the
@@ -98,9 +104,12 @@ class ChangeFeed:
             return False
         return True
 
-    def read(self) -> int:
-        """Hand every new row's payload to ``on_payload``; return how many there were."""
-        with self._read_lock, connect(self._engine) as conn:
+    def read(self, conn: sa.Connection | None = None) -> int:
+        """Hand every new row's payload to ``on_payload``; return how many there were.
+        ``conn``: the polling thread's own (else one from the pool)."""
+        with self._read_lock, contextlib.ExitStack() as stack:
+            if conn is None:
+                conn = stack.enter_context(connect(self._engine))
             if self._seen is None:
                 self._seen = changes.top(conn)  # what came before is the sweep's to find
                 conn.rollback()
@@ -154,10 +163,9 @@ class ChangeFeed:
             else:
                 self._ended[worker] = None
 
-    def _flush(self) -> None:
+    def _flush(self, conn: sa.Connection) -> None:
         with self._ended_lock:
             ended, self._ended = self._ended, {}
         if ended:
-            with connect(self._engine) as conn:
-                changes.write(conn, notify.done_payloads(ended))
-                conn.commit()
+            changes.write(conn, notify.done_payloads(ended))
+            conn.commit()

@@ -253,7 +253,7 @@ def test_migrate_installs_the_wakeup_triggers_by_default_and_removes_them_when_t
     def count() -> int:
         with appdb_all.db.engine.connect() as conn:
             if appdb_all.db.backend == "postgresql":
-                query = "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'dbworker_notify%%'"
+                query = "SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass('tasks') AND tgname LIKE 'dbworker_notify%%'"
             elif appdb_all.db.backend == "sqlite":
                 query = "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'dbworker_changes_%%'"
             else:

@@ -86,18 +86,19 @@ def test_workers_name_what_the_application_registers() -> None:
 
 
 def test_every_secret_reference_resolves() -> None:
-    (secret,) = (d for d in documents() if d["kind"] == "Secret")
-    keys = set(secret.get("stringData", {})) | set(secret.get("data", {}))
+    secrets = {
+        d["metadata"]["name"]: set(d.get("stringData", {})) | set(d.get("data", {}))
+        for d in documents() if d["kind"] == "Secret"
+    }  # fmt: skip
     refs = [w["spec"]["database"]["urlSecretRef"] for w in workers()]
+    refs += [w["spec"]["console"]["tokenSecretRef"] for w in workers() if w["spec"].get("console", {}).get("enabled")]
     for _, pod in _pods():
         for container in pod["containers"]:
             refs += [e["valueFrom"]["secretKeyRef"] for e in container.get("env", [])
                      if "secretKeyRef" in e.get("valueFrom", {})]
         refs += [{"name": v["secret"]["secretName"], "key": item["key"]}
                  for v in pod.get("volumes", []) if "secret" in v for item in v["secret"].get("items", [])]
-    assert refs and all(
-        ref["name"] == secret["metadata"]["name"] and ref["key"] in keys for ref in refs
-    )
+    assert refs and all(ref["key"] in secrets.get(ref["name"], set()) for ref in refs), (refs, secrets)
 
 
 @pytest.mark.parametrize("worker", workers(), ids=lambda d: str(d["metadata"]["name"]))
