@@ -421,9 +421,19 @@ class WorkerLoop:
     def _sweep(self, conn: Connection, limit: int) -> list[claims.Claim]:
         """The sweep's next round, from the cursor (None: from the start); moves the cursor."""
         wrap = self.sweep.wrapping
+        after = self.sweep.cursor
         rnd = self._round(conn, limit)
         if rnd.swept and self.sweep.advance(rnd.last_key, inclusive=rnd.inclusive):
-            self.sweep.at_top(claims.top_key(conn, self.worker.key))
+            # Nothing taken past the cursor. Before it moves to the top, a read without locks
+            # tells whether a row was only skipped, held by another transaction (SKIP
+            # LOCKED: another worker's claim over the same rows, an application's update):
+            # then the cursor stays, and the next claim finds it. (An ordered query's round
+            # has already looked this way.)
+            held = not rnd.inclusive and rnd.last_key is None and claims.first_claimable(
+                conn, table=self.worker.table, key=self.worker.key, eligible=self.worker.eligible, after=after
+            ) is not None
+            if not held:
+                self.sweep.at_top(claims.top_key(conn, self.worker.key))
         if wrap and self._fleet_wrap:
             self._fleet_wrap = False
             self._record_wrap(conn, rnd, full=len(rnd.taken) >= limit)

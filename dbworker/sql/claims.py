@@ -179,8 +179,8 @@ def _claim_ordered(
     finder = statements.first_candidate(st, key, query, caps, bound=None if after is None else inclusive)
     with transactions.committed(conn):
         low = conn.execute(finder, {} if after is None else {"dbw_after": after}).scalar()
-    if low is None:
-        return Round([], 0, None, swept=True)
+    if low is None:  # looked without locks: nothing is claimable, none was only skipped
+        return Round([], 0, None, swept=True, inclusive=True)
     candidates = statements.eligible_candidates(st, key, query, caps, cursor=False, low=True)
     rnd = _take_candidates(conn, st, candidates, {"dbw_limit": limit, "dbw_low": low}, lease, swept=True)
     return Round(rnd.taken, rnd.seen, low, swept=True, inclusive=True)
@@ -258,6 +258,27 @@ def top_key(conn: Connection, key: sa.Column[Any]) -> Any:
     """The source's highest key now (None: it has no rows), in a transaction of its own."""
     with conn.begin():
         return conn.execute(statements.top_key(key)).scalar()
+
+
+def first_claimable(
+    conn: Connection,
+    *,
+    table: sa.Table,
+    key: sa.Column[Any],
+    eligible: Callable[[], sa.Select[Any]] | None,
+    after: Any,
+) -> Any:
+    """The lowest claimable key after ``after`` (None: from the first row), read without
+    locks, in a transaction of its own: whether a round that took nothing skipped a row
+    another transaction held (SKIP LOCKED) rather than finding none.
+    """
+    caps = dialects.of(conn)
+    st = statements.prebuilt(table, key, caps)
+    finder = statements.first_candidate(
+        st, key, statements.eligible_query(eligible, key), caps, bound=None if after is None else False
+    )
+    with transactions.committed(conn):
+        return conn.execute(finder, {} if after is None else {"dbw_after": after}).scalar()
 
 
 def ready_unfinished(conn: Connection, table: sa.Table, limit: int) -> list[Any]:

@@ -201,3 +201,21 @@ def test_a_fleet_walks_the_history_once_per_wrap_whatever_its_size(app: App, mon
     assert rounds.from_start - walks <= 1.5 * elapsed / interval + 3, (rounds.from_start - walks, elapsed)
     [new] = app.add("finish")
     app.wait_status([new], (ExecutionStatus.FINISHED,), timeout=60)
+
+
+def test_a_row_another_transaction_held_while_a_claim_skipped_it_is_claimed_once_released(app: App) -> None:
+    """PostgreSQL, MySQL/MariaDB: SKIP LOCKED passes over a row another transaction holds.
+    Finding nothing else, the cursor must not jump past it to the top: nothing would name
+    the row again (its holder wrote nothing), and it would wait for a wrap."""
+    if app.db.backend == "sqlite":
+        pytest.skip("SQLite claims take no row locks")
+    c = app.coordinator(poll_seconds=0.25, max_poll_seconds=10)  # wraps at least 60 s apart
+    [held] = app.add("finish")
+    polls = EmptyPolls()
+    c.add_observer(polls)
+    with app.db.engine.connect() as holder:
+        holder.execute(sa.select(basic.Item).where(basic.Item.id == held).with_for_update())
+        c.start()
+        wait_until(lambda: polls.seen >= 2, what="claims that found the row held")
+        holder.rollback()
+    app.wait_status([held], (ExecutionStatus.FINISHED,), timeout=30)
