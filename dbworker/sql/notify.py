@@ -239,6 +239,17 @@ def announce_done(driver_conn: Any, ended: dict[str, set[str] | None]) -> None:
     )
 
 
+def add_ended(ended: dict[str, set[str] | None], worker: str, key: str | None) -> None:
+    """Add an ended item of ``worker`` (``key`` as text) to a batch of announcements: its
+    keys, or None for "some" (too many, or a key without a text form)."""
+    keys = ended.get(worker, set())
+    if keys is not None and key is not None and len(keys) < MAX_ANNOUNCED_KEYS:
+        keys.add(key)
+        ended[worker] = keys
+    else:
+        ended[worker] = None
+
+
 def done_payloads(ended: dict[str, set[str] | None]) -> list[str]:
     """``done:<worker> <key>`` for each ended item named, ``done:<worker>`` when unnamed."""
     payloads: list[str] = []

@@ -114,9 +114,9 @@ def failed(session: Session, table: sa.Table, *, limit: int) -> list[tuple[Any, 
 def reset_failed(session: Session, table: sa.Table, which: sa.ColumnElement[bool], *, source_table: str) -> int:
     """Set the FAILED items ``which`` selects back to UNFINISHED, error and claim cleared; how many.
 
-    On PostgreSQL the reset keys are announced on ``source_table`` (``notify.announce_rows``)
-    with the caller's commit, so pods whose claim sweep passed these items claim them at
-    once instead of at the sweep's next wrap.
+    The reset keys are announced on ``source_table`` (``notify.announce_rows``: NOTIFY, or
+    the change table) with the caller's commit, so pods whose claim sweep passed these items
+    claim them at once instead of at the fleet's next wrap.
     """
     w = table.c
     reset = (
@@ -133,8 +133,13 @@ def reset_failed(session: Session, table: sa.Table, which: sa.ColumnElement[bool
         )
     )
     conn = session.connection(bind_arguments={"clause": reset})
-    if conn.dialect.name != "postgresql":
-        return int(getattr(conn.execute(reset), "rowcount", 0))
-    keys = conn.execute(reset.returning(w.source_id)).scalars().all()
+    if conn.dialect.name == "postgresql":
+        keys = list(conn.execute(reset.returning(w.source_id)).scalars())
+        count = len(keys)
+    else:  # no UPDATE ... RETURNING: the keys first, under the same conditions
+        keys = list(conn.execute(
+            sa.select(w.source_id).where(which, w.execution_status == ExecutionStatus.FAILED.value)
+        ).scalars())  # fmt: skip
+        count = int(getattr(conn.execute(reset), "rowcount", 0)) if keys else 0
     notify.announce_rows(conn, source_table, keys)
-    return len(keys)
+    return count

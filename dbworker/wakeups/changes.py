@@ -156,12 +156,7 @@ class ChangeFeed:
         """Tell other coordinators an item of ``worker`` ended (``key`` as text): written by
         the polling thread within a read's interval, batched like the Listener's."""
         with self._ended_lock:
-            keys = self._ended.get(worker, set())
-            if keys is not None and key is not None and len(keys) < notify.MAX_ANNOUNCED_KEYS:
-                keys.add(key)
-                self._ended[worker] = keys
-            else:
-                self._ended[worker] = None
+            notify.add_ended(self._ended, worker, key)
 
     def _flush(self, conn: sa.Connection) -> None:
         with self._ended_lock:

@@ -48,12 +48,7 @@ class Listener:
     def announce_done(self, worker: str, key: str | None = None) -> None:
         """Tell other coordinators an item of ``worker`` (``key`` as text) ended; batched while busy."""
         with self._ended_lock:
-            keys = self._ended.get(worker, set())
-            if keys is not None and key is not None and len(keys) < notify.MAX_ANNOUNCED_KEYS:
-                keys.add(key)
-                self._ended[worker] = keys
-            else:
-                self._ended[worker] = None
+            notify.add_ended(self._ended, worker, key)
         if not self._announce.is_set():
             self._announce.set()
             self._poke()

@@ -219,3 +219,21 @@ def test_a_row_another_transaction_held_while_a_claim_skipped_it_is_claimed_once
         wait_until(lambda: polls.seen >= 2, what="claims that found the row held")
         holder.rollback()
     app.wait_status([held], (ExecutionStatus.FINISHED,), timeout=30)
+
+
+def test_a_failed_item_reset_behind_the_cursor_is_claimed_at_once(app: App) -> None:
+    """reset_failed announces the keys on every database (NOTIFY, or the change table), so
+    the reset item is claimed by key wherever the sweep's cursor stands."""
+    c = app.coordinator(**SLOW)
+    polls = EmptyPolls()
+    c.add_observer(polls)
+    c.start()
+    wait_until(lambda: polls.seen, what="the first, empty poll")
+    [flaky] = app.add("flaky:2")  # fails at its first run, succeeds at its second
+    app.wait_status([flaky], (ExecutionStatus.FAILED,), timeout=60)
+    [ahead] = app.add("finish")  # the cursor passes the failed item
+    app.wait_status([ahead], (ExecutionStatus.FINISHED,), timeout=60)
+    with Session(app.db.engine) as s:
+        assert c.workers["items"].reset_failed(s, flaky) is True
+        s.commit()
+    app.wait_status([flaky], (ExecutionStatus.FINISHED,), timeout=60)
