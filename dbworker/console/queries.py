@@ -59,6 +59,8 @@ class WorkerSummary:
     paused_by: str | None
     waits_for: list[str]
     running: list[Running] = field(default_factory=list)
+    # A periodic worker's schedule, next due time and last result (``WorkerView.schedule``).
+    schedule: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -79,6 +81,7 @@ def overview(coordinator: dbworker.Coordinator) -> list[WorkerSummary]:
             conn = session.connection()
             running = [_running(c) for c in browse.claimers(conn, reg.table)]
             recent = browse.failed_since(conn, reg.table, RECENT_SECONDS)
+            schedule = view.schedule(session)
         claimable = _backlog(coordinator, reg.name)
         waits = deps.get(reg.name, frozenset())
         pause = paused.get(reg.name)
@@ -96,6 +99,7 @@ def overview(coordinator: dbworker.Coordinator) -> list[WorkerSummary]:
                 paused_by=None if pause is None else pause.paused_by,
                 waits_for=["any worker (its query could not be read)"] if waits is dependencies.ANY else sorted(waits),
                 running=running,
+                schedule=schedule,
             )
         )
     return result

@@ -10,11 +10,14 @@ import re
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
+from starlette.testclient import TestClient
 
 from dbworker import ExecutionStatus
+from dbworker.console import app
 from tests.acceptance import app as taskapp
 from tests.acceptance.conftest import AppDb
-from tests.console.conftest import ClientFactory, csrf_of
+from tests.conftest import Database
+from tests.console.conftest import TOKENS, ClientFactory, csrf_of
 from tests.console.support import SECRET
 from tests.helpers import wait_until
 
@@ -231,3 +234,21 @@ def test_no_token_on_loopback_acts_as_local(make_client: ClientFactory, appdb_al
     with Session(appdb_all.db.engine) as s:
         assert appdb_all.coordinator.workers["main"].paused(s)
         assert s.scalar(sa.text("SELECT paused_by FROM dbworker_paused")) == "local"
+
+
+def test_the_overview_shows_schedules_with_their_next_due_time_and_last_result(db: Database) -> None:
+    from tests.apps import periodic
+
+    c = periodic.build(db.url, every=1)
+    try:
+        client = TestClient(app.build(c, tokens=TOKENS, read_only=True))
+        api = client.get("/api/workers", headers={"Authorization": f"Bearer {SECRET}"}).json()
+        [sync] = [w for w in api["workers"] if w["name"] == "sync"]
+        assert sync["schedule"]["schedule"] and sync["schedule"]["next_due_at"] and sync["schedule"]["last"] is None
+        assert [w["schedule"] for w in api["workers"] if w["name"] == "publish"] == [None]
+        assert client.post("/login", data={"token": SECRET, "next": "/"}, follow_redirects=False).status_code == 303
+        assert "next due" in client.get("/").text and "none yet" in client.get("/").text
+        c.start()
+        wait_until(lambda: "last: finished" in client.get("/").text, timeout=60, what="a tick's result on the page")
+    finally:
+        c.abort()
