@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dbworker import Coordinator, ExecutionStatus
 from dbworker import sweep as sweeps
+from tests import pooler
 from tests.apps import basic
 from tests.helpers import wait_until
 from tests.integration.conftest import App
@@ -123,7 +124,8 @@ def test_an_ordered_eligible_filter_is_not_run_for_the_finished_history(
     monkeypatch.setattr(sweeps, "FED_WRAP_POLLS", 1_000_000)
     basic.create_app_tables(app.db.engine)
     engine, calls = _counting_engine(app)
-    c = Coordinator(sessionmaker(engine), database_url=app.db.url, poll_seconds=0.1, max_poll_seconds=0.1)
+    c = Coordinator(sessionmaker(engine), database_url=app.db.url, poll_seconds=0.1, max_poll_seconds=0.1,
+                    **pooler.coordinator_options(app.db.url))  # fmt: skip
     app.coordinators.append(c)
     c.transactional_worker(name="items", source=basic.Item, eligible=_counted_by_priority)(basic.handle)
     c.create_worker_tables()

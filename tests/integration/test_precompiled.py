@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from dbworker import Coordinator, ExecutionStatus
 from dbworker.sql import statements
+from tests import pooler
 from tests.apps import typed_keys
 from tests.conftest import Database
 from tests.helpers import wait_until
@@ -44,7 +45,8 @@ def test_plain_types_run_as_driver_sql_and_processed_types_the_normal_way(db: Da
 
 def test_items_whose_key_needs_its_type_processing_are_claimed_and_run(db: Database) -> None:
     typed_keys.Base.metadata.create_all(db.engine)
-    coordinator = Coordinator(db.session_factory, database_url=db.url, poll_seconds=0.05, max_poll_seconds=0.2)
+    coordinator = Coordinator(db.session_factory, database_url=db.url, poll_seconds=0.05, max_poll_seconds=0.2,
+                              **pooler.coordinator_options(db.url))  # fmt: skip
     coordinator.transactional_worker(name="ship", source=typed_keys.Order, concurrency=2)(typed_keys.ship)
     coordinator.create_worker_tables()
     codes = [f"order-{n}" for n in range(12)]
