@@ -379,7 +379,8 @@ class WorkerLoop:
         taken_over = [c for c in taken if c.taken_over]
         for c in taken_over:
             log.warning(
-                "dbworker worker %s: took over item %r whose lease had expired (its process died)",
+                "dbworker worker %s: took over item %r whose lease had expired (its process died,"
+                " or could not reach the database to renew it)",
                 w.name, c.source_id,
             )
         self._observer.claimed(w.name, count=len(taken), taken_over=len(taken_over), seconds=seconds)

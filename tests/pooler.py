@@ -67,6 +67,9 @@ class Bouncer:
             "max_client_conn = 2000\n"
             "default_pool_size = 40\n"
             "ignore_startup_parameters = extra_float_digits\n"
+            # PgBouncer's default 15 s refuses every client that long after a server restart,
+            # past the chaos tests' 10 s leases (README, "PgBouncer / CloudNativePG").
+            "server_login_retry = 1\n"
         )
         for f in (ini, users):
             f.chmod(0o644)
