@@ -37,11 +37,10 @@ ERROR_MAX_WAIT = 5.0
 PREFETCH_BELOW_SECONDS = 0.5  # handlers faster than this on average get prefetched items
 PREFETCH_WINDOW_SECONDS = 0.1  # ... as many per slot as fit in this much handler time
 PREFETCH_MAX_PER_SLOT = 16
-# How often a loop reads the soonest waiting items of its worker (at most max_poll_seconds):
-# an item another pod made wait is picked up within this much of its time.
-DUE_LOOKUP_SECONDS = 1.0
-# How often a loop reads whether its worker is paused fleet-wide (at most max_poll_seconds).
-PAUSE_LOOKUP_SECONDS = 1.0
+# How often a loop reads the soonest waiting items of its worker and whether it is paused
+# fleet-wide (at most max_poll_seconds), both on one connection: an item another pod made wait
+# is picked up within this much of its time, and a pause stops claims within it.
+LOOKUP_SECONDS = 1.0
 
 
 class Waker:
@@ -103,15 +102,13 @@ class WorkerLoop:
         # Items of this worker waiting for a time (a retry delay, Unfinished(after=)): (when,
         # key), monotonic, and each key's earliest time. Ours are known when they end;
         # others' (another pod's, or from before a restart) are read through the not_before
-        # index every DUE_LOOKUP_SECONDS. Each is claimed by key when due.
+        # index every LOOKUP_SECONDS. Each is claimed by key when due.
         self._due: list[tuple[float, Any]] = []
         self._due_keys: dict[Any, float] = {}
         self._due_lock = threading.Lock()
-        self._due_lookup_at = 0.0
-        self._due_lookup_every = min(DUE_LOOKUP_SECONDS, settings.max_poll_seconds)
         self.paused = False  # the worker is paused fleet-wide (sql/pauses.py): no claims
-        self._pause_lookup_at = 0.0
-        self._pause_lookup_every = min(PAUSE_LOOKUP_SECONDS, settings.max_poll_seconds)
+        self._lookup_at = 0.0
+        self._lookup_every = min(LOOKUP_SECONDS, settings.max_poll_seconds)
         self._waker = Waker()
         self._stopping = threading.Event()
         self._claim_now = False
@@ -289,12 +286,9 @@ class WorkerLoop:
                 if soon is not None:
                     timeout = min(timeout, soon)
             if not stopping:
-                if now >= self._due_lookup_at:
-                    self._look_up_due(now)
-                timeout = min(timeout, max(0.0, self._due_lookup_at - now))
-                if now >= self._pause_lookup_at:
-                    self._look_up_pause(now)
-                timeout = min(timeout, max(0.0, self._pause_lookup_at - now))
+                if now >= self._lookup_at:
+                    self._look_up(now)
+                timeout = min(timeout, max(0.0, self._lookup_at - now))
             due = self._take_due(now)
             if due is not None and can_claim:  # wake when the next waiting item is due
                 timeout = min(timeout, max(0.0, due - now))
@@ -339,7 +333,7 @@ class WorkerLoop:
             elif now - last_trip >= settings.max_poll_seconds:
                 # No claim is due (all slots busy, or draining): keep the heartbeat honest.
                 try:
-                    with connect(self.engine) as conn:
+                    with dialects.connect_reads(self.engine) as conn:
                         dialects.ping(conn)
                     self._observer.heartbeat(self.worker.name, timestamp=time.time())
                     last_trip = time.monotonic()
@@ -567,14 +561,17 @@ class WorkerLoop:
         self._observer.active(name, running=len(self.pool.busy_claims()))
         return False
 
-    def _look_up_due(self, now: float) -> None:
-        """Read the soonest waiting items through the not_before index, and with a due
-        column the soonest due source rows through its index; wait for each.
-        """
-        self._due_lookup_at = now + self._due_lookup_every
-        overdue = 2 * self._due_lookup_every
+    def _look_up(self, now: float) -> None:
+        """Read whether the worker is paused, the soonest waiting items through the not_before
+        index, and with a due column the soonest due source rows through its index: wait for
+        each; on resuming, claim at once. One read-only connection (``dialects.connect_reads``);
+        an error keeps the last state (the lookup is tried again in a second)."""
+        self._lookup_at = now + self._lookup_every
+        overdue = 2 * self._lookup_every
         try:
-            with connect(self.engine) as conn:
+            with dialects.connect_reads(self.engine) as conn:
+                with conn.begin():  # each read in its own transaction, as attempts' are
+                    paused = pauses.is_paused(conn, self.worker.name)
                 waiting = attempts.due(conn, self.worker.table, notify.MAX_NAMED_ROWS, overdue=overdue)
                 if self.worker.due is not None:
                     waiting += attempts.source_due(conn, self.worker.table, self.worker.due,
@@ -584,17 +581,6 @@ class WorkerLoop:
             return
         for source_id, seconds in waiting:
             self._wait_until(source_id, seconds)
-
-    def _look_up_pause(self, now: float) -> None:
-        """Read whether the worker is paused; on resuming, claim at once. An error keeps the
-        last state (the lookup is tried again in a second)."""
-        self._pause_lookup_at = now + self._pause_lookup_every
-        try:
-            with connect(self.engine) as conn:
-                paused = pauses.is_paused(conn, self.worker.name)
-        except Exception as exc:  # noqa: BLE001 - the loop outlives every database error
-            self._db_error("claim", exc)
-            return
         if paused == self.paused:
             return
         self.paused = paused

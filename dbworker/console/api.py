@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, Request
 
 from dbworker.console import actions, queries
-from dbworker.console.context import console_of, key_or_400, who_of, worker_or_404, writable
+from dbworker.console.context import acting_on, console_of, key_or_400, who_of, worker_or_404
 
 router = APIRouter(prefix="/api", tags=["api"])
 
@@ -56,41 +56,31 @@ def item(request: Request, worker: str, item_id: str) -> dict[str, Any]:
 
 @router.post("/workers/{worker}/items/{item_id}/retry", summary="Reset a failed item so it is claimed again")
 def retry(request: Request, worker: str, item_id: str) -> dict[str, Any]:
-    console = console_of(request)
-    name = worker_or_404(console, worker)
-    writable(console)
+    console, name = acting_on(request, worker)
     key = key_or_400(console, name, item_id)
     return {"retried": actions.retry(console.coordinator, name, key, who=who_of(request).name)}
 
 
 @router.post("/workers/{worker}/items/{item_id}/cancel", summary="Cancel an item that is not finished or failed")
 def cancel(request: Request, worker: str, item_id: str) -> dict[str, Any]:
-    console = console_of(request)
-    name = worker_or_404(console, worker)
-    writable(console)
+    console, name = acting_on(request, worker)
     key = key_or_400(console, name, item_id)
     return {"cancelled": actions.cancel(console.coordinator, name, key, who=who_of(request).name)}
 
 
 @router.post("/workers/{worker}/retry-all", summary="Reset every failed item of a worker")
 def retry_all(request: Request, worker: str) -> dict[str, Any]:
-    console = console_of(request)
-    name = worker_or_404(console, worker)
-    writable(console)
+    console, name = acting_on(request, worker)
     return {"retried": actions.retry_all(console.coordinator, name, who=who_of(request).name)}
 
 
 @router.post("/workers/{worker}/pause", summary="Stop claiming for a worker in every pod (running handlers finish)")
 def pause(request: Request, worker: str) -> dict[str, Any]:
-    console = console_of(request)
-    name = worker_or_404(console, worker)
-    writable(console)
+    console, name = acting_on(request, worker)
     return {"paused": True, "changed": actions.pause(console.coordinator, name, who=who_of(request).name)}
 
 
 @router.post("/workers/{worker}/resume", summary="Resume claiming for a paused worker in every pod")
 def resume(request: Request, worker: str) -> dict[str, Any]:
-    console = console_of(request)
-    name = worker_or_404(console, worker)
-    writable(console)
+    console, name = acting_on(request, worker)
     return {"paused": False, "changed": actions.resume(console.coordinator, name, who=who_of(request).name)}

@@ -47,6 +47,15 @@ def writable(console: Console) -> None:
         raise HTTPException(403, "the console is read-only (--read-only): actions are refused")
 
 
+def acting_on(request: Request, worker: str) -> tuple[Console, str]:
+    """The console and the registered worker ``worker`` for an action (or its confirmation
+    page): 404 for an unknown worker, 403 when the console is read-only."""
+    console = console_of(request)
+    name = worker_or_404(console, worker)
+    writable(console)
+    return console, name
+
+
 def key_or_400(console: Console, worker: str, raw: str, *, field: str = "id") -> Any:
     try:
         return queries.convert_id(console.coordinator, worker, raw)

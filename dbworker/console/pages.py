@@ -18,11 +18,11 @@ from fastapi.templating import Jinja2Templates
 from dbworker.console import actions, auth, queries
 from dbworker.console.context import (
     Console,
+    acting_on,
     console_of,
     key_or_400,
     who_of,
     worker_or_404,
-    writable,
 )
 
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))
@@ -86,9 +86,7 @@ def item_page(request: Request, worker: str, item_id: str) -> Response:
 
 @router.get("/workers/{worker}/retry-all")
 def confirm_retry_all(request: Request, worker: str) -> Response:
-    console = console_of(request)
-    name = worker_or_404(console, worker)
-    writable(console)
+    console, name = acting_on(request, worker)
     return render(request, "confirm.html", worker=name, count=queries.counts(console.coordinator, name)["failed"])
 
 
@@ -168,9 +166,7 @@ def api_docs(request: Request) -> Response:
 
 
 def _acting(request: Request, worker: str, csrf: str) -> tuple[Console, str]:
-    console = console_of(request)
-    name = worker_or_404(console, worker)
-    writable(console)
+    console, name = acting_on(request, worker)
     _checked(request, csrf)
     return console, name
 
