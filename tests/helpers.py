@@ -13,7 +13,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -85,3 +85,11 @@ def logging_restored() -> Iterator[None]:
         for lg, (handlers, propagate, level) in zip(loggers, saved, strict=True):
             lg.handlers[:], lg.propagate, lg.level = handlers, propagate, level
         logs.restore(active)
+
+
+def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every node of a PostgreSQL ``EXPLAIN (FORMAT JSON)`` plan, the root first."""
+    nodes = [plan]
+    for child in plan.get("Plans", []):
+        nodes += plan_nodes(child)
+    return nodes

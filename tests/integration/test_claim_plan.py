@@ -14,15 +14,9 @@ import sqlalchemy as sa
 from dbworker.sql import attempts, claims, dialects, statements
 from tests.apps import basic
 from tests.conftest import Database
+from tests.helpers import plan_nodes
 
 HISTORY = 100_000
-
-
-def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    nodes = [plan]
-    for child in plan.get("Plans", []):
-        nodes += _plan_nodes(child)
-    return nodes
 
 
 def test_claim_plan_reads_no_history(pg: Database) -> None:
@@ -47,7 +41,7 @@ def test_claim_plan_reads_no_history(pg: Database) -> None:
         )
         sql = str(query.compile(conn, compile_kwargs={"literal_binds": True}))
         [[plan]] = conn.exec_driver_sql("EXPLAIN (ANALYZE, FORMAT JSON) " + sql).scalars().all()
-    nodes = _plan_nodes(plan["Plan"])
+    nodes = plan_nodes(plan["Plan"])
     scans = {(n["Node Type"], n.get("Relation Name")) for n in nodes if "Relation Name" in n}
     assert ("Seq Scan", "items_work") not in scans and ("Seq Scan", "items") not in scans, scans
     assert {rel for _, rel in scans} == {"items", "items_work"}
@@ -100,6 +94,6 @@ def test_due_times_are_read_through_the_not_before_index(pg: Database) -> None:
         sql = str(query.compile(conn, compile_kwargs={"literal_binds": True}))
         [[plan]] = conn.exec_driver_sql("EXPLAIN (ANALYZE, FORMAT JSON) " + sql).scalars().all()
     assert sorted(k for k, _ in due) == [1, 2, 3, 4, 5] and all(3500 < s <= 3600 for _, s in due)
-    nodes = _plan_nodes(plan["Plan"])
+    nodes = plan_nodes(plan["Plan"])
     assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], json.dumps(plan)[:2000]
     assert {n.get("Index Name") for n in nodes} >= {"ix_items_work_not_before"}, json.dumps(plan)[:2000]

@@ -15,16 +15,10 @@ from dbworker_operator.spec import DatabaseTrigger, SqlSource
 from dbworker.sql import dialects, status
 from tests.apps import basic
 from tests.conftest import Database
+from tests.helpers import plan_nodes
 
 HISTORY = 100_000
 FRESH, DUE, EXPIRED, WAITING, RUNNING = 7, 3, 2, 4, 5
-
-
-def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    nodes = [plan]
-    for child in plan.get("Plans", []):
-        nodes += _plan_nodes(child)
-    return nodes
 
 
 def test_scaling_query_reads_no_history_and_counts_what_is_claimable(pg: Database) -> None:
@@ -58,7 +52,7 @@ def test_scaling_query_reads_no_history_and_counts_what_is_claimable(pg: Databas
         exact = status.backlog(conn, table, key, None, cap=HISTORY)
         assert dialects.of(conn).name == "postgresql"
     assert counted == exact == FRESH + DUE + EXPIRED
-    nodes = _plan_nodes(plan["Plan"])
+    nodes = plan_nodes(plan["Plan"])
     scanned = [n for n in nodes if "Relation Name" in n]
     assert {n["Relation Name"] for n in scanned} == {"items", "items_work"}
 
