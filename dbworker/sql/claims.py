@@ -176,9 +176,7 @@ def _claim_ordered(
     to that key (inclusive: it may be left for later) or, when nothing is claimable, to the
     top (``last_key`` None).
     """
-    finder = statements.first_candidate(st, key, query, caps, bound=None if after is None else inclusive)
-    with transactions.committed(conn):
-        low = conn.execute(finder, {} if after is None else {"dbw_after": after}).scalar()
+    low = _lowest_claimable(conn, st, caps, key, query, after=after, inclusive=inclusive)
     if low is None:  # looked without locks: nothing is claimable, none was only skipped
         return Round([], 0, None, swept=True, inclusive=True)
     candidates = statements.eligible_candidates(st, key, query, caps, cursor=False, low=True)
@@ -274,9 +272,23 @@ def first_claimable(
     """
     caps = dialects.of(conn)
     st = statements.prebuilt(table, key, caps)
-    finder = statements.first_candidate(
-        st, key, statements.eligible_query(eligible, key), caps, bound=None if after is None else False
-    )
+    query = statements.eligible_query(eligible, key)
+    return _lowest_claimable(conn, st, caps, key, query, after=after, inclusive=False)
+
+
+def _lowest_claimable(
+    conn: Connection,
+    st: statements.Prebuilt,
+    caps: dialects.Capabilities,
+    key: sa.Column[Any],
+    query: sa.Select[Any],
+    *,
+    after: Any,
+    inclusive: bool,
+) -> Any:
+    """The lowest key of ``query`` claimable now, from ``after`` (None: from the first row;
+    ``inclusive``: ``after`` itself counts), read without locks in a committed transaction."""
+    finder = statements.first_candidate(st, key, query, caps, bound=None if after is None else inclusive)
     with transactions.committed(conn):
         return conn.execute(finder, {} if after is None else {"dbw_after": after}).scalar()
 
