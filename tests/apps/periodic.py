@@ -28,6 +28,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 import dbworker
 from dbworker import Coordinator, Finished
 from dbworker.schedules.ticks import Tick
+from tests import pooler
 
 _MICRO = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 
@@ -82,12 +83,13 @@ def not_drafts() -> sa.Select[Any]:
 
 def build(url: str, *, every: float = 2, catch_up: int = 1, lease_seconds: float = 30,
           poll_seconds: float = 0.05, max_poll_seconds: float = 0.5) -> Coordinator:  # fmt: skip
-    """The coordinator with both workers registered and every table created."""
-    engine = sa.create_engine(url)
+    """The coordinator with both workers registered and every table created; through the
+    pooler pass's PgBouncer with its settings (``tests.pooler``)."""
+    engine = sa.create_engine(url, **pooler.engine_options(url))
     Base.metadata.create_all(engine)
     coordinator = Coordinator(
         sessionmaker(engine), database_url=url, lease_seconds=lease_seconds,
-        poll_seconds=poll_seconds, max_poll_seconds=max_poll_seconds,
+        poll_seconds=poll_seconds, max_poll_seconds=max_poll_seconds, **pooler.coordinator_options(url),
     )  # fmt: skip
     coordinator.periodic(name="sync", every=every, catch_up=catch_up, concurrency=2)(sync)
     coordinator.transactional_worker(name="publish", source=Post, eligible=not_drafts, due=Post.publish_at)(publish)
