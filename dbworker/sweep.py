@@ -109,7 +109,7 @@ class Sweep:
         row instead would walk the whole finished history once for every such item.
         """
         if not self.keys_as_text:
-            self.name(source_id)
+            self.name(source_id, again=True)  # not its handler's own write, if it ended here before
             return
         key = notify.key_text(source_id)
         if key is None:

@@ -242,3 +242,18 @@ def test_cancel_of_an_id_with_no_source_row_cancels_nothing(app: App) -> None:
     with Session(app.db.engine) as s:
         assert c.workers["items"].cancel(s, 424242) is False
         s.commit()
+
+
+def test_a_failed_item_reset_and_then_unfinished_runs_its_next_step_at_once(app: App) -> None:
+    # It failed here, so its key is among the loop's recently ended; its Unfinished after the
+    # reset is still claimed by key, not left to the next wrap (at the 120 s poll here).
+    c = app.coordinator(**SLOW)
+    [i] = app.add("fail")
+    c.start()
+    app.wait_status([i], FAILED, timeout=60)
+    app.update_item(i, action="unfinished:3")
+    with Session(app.db.engine) as s:
+        assert c.workers["items"].reset_failed(s, i) is True
+        s.commit()
+    app.wait_status([i], FINISHED, timeout=30)
+    assert len(app.outputs(i)) == 3

@@ -127,6 +127,17 @@ def test_keys_of_values_are_named_where_claims_do_not_take_text() -> None:
     assert s.take_named() == ([7], False)
 
 
+def test_an_item_that_ended_here_and_is_claimable_again_is_named_whatever_its_keys_form() -> None:
+    # A query failed here, was reset, and now ends Unfinished (its next page): claim it by key,
+    # not mistake it for its handler's own write (which left it to the next wrap, minutes away).
+    for as_text, key in ((True, "7"), (False, 7)):
+        s = Sweep(keys_as_text=as_text, max_poll_seconds=10)
+        swept(s, now=0.0, last_key=50)
+        s.ended(7)
+        s.claimable_again(7)
+        assert s.take_named() == ([key], False), as_text
+
+
 def test_an_item_without_a_text_form_makes_the_next_claim_wrap() -> None:
     s = Sweep(keys_as_text=True, max_poll_seconds=10)
     swept(s, now=0.0, last_key=50)
