@@ -352,15 +352,19 @@ class WorkerLoop:
                 self._take_turn(conn, now)
             named, unnamed = sweep.take_named()
             wrapped = sweep.wrapping
-            if named:
-                # Rows named (by wake-ups, or our own items claimable again) behind the
-                # sweep: claimed by key, and handed out before the sweep's own round trip.
-                taken += self._round(conn, limit, named).taken
-                self._enqueue(taken)
-            if len(taken) < limit:
-                taken += self._sweep(conn, limit - len(taken))
-            if unnamed and not wrapped and len(taken) < limit and not sweep.wrapping and sweep.behind(now):
-                taken += self._sweep(conn, limit - len(taken))
+            try:
+                if named:
+                    # Rows named (by wake-ups, or our own items claimable again) behind the
+                    # sweep: claimed by key, and handed out before the sweep's own round trip.
+                    taken += self._round(conn, limit, named).taken
+                    self._enqueue(taken)
+                if len(taken) < limit:
+                    taken += self._sweep(conn, limit - len(taken))
+                if unnamed and not wrapped and len(taken) < limit and not sweep.wrapping and sweep.behind(now):
+                    taken += self._sweep(conn, limit - len(taken))
+            except Exception:
+                sweep.put_back(named, unnamed=unnamed)  # claimed by key once the database is back
+                raise
             if sweep.expired_due(now):
                 # After the rounds, so no item waits for this lookup: what it finds is
                 # claimed by key at once, in the next claim (or when due).

@@ -198,6 +198,15 @@ class Sweep:
             keys = [k for k in keys if not (notify.int_past(k, cursor) if isinstance(k, str) else k > cursor)]
         return keys, unnamed
 
+    def put_back(self, keys: Iterable[Any], *, unnamed: bool) -> None:
+        """What ``take_named`` returned, for a claim that failed (the database was away):
+        named again for the next claim, so an error does not leave them to the next wrap."""
+        for key in keys:
+            self.name(key, again=True)  # take_named has told them from handlers' own writes
+        if unnamed:
+            with self._lock:
+                self._unnamed = True
+
     def wrapped(self, *, started: float, now: float) -> None:
         """A round from the first row ran from ``started`` to ``now``: space the next wrap."""
         took = now - started

@@ -138,6 +138,19 @@ def test_an_item_that_ended_here_and_is_claimable_again_is_named_whatever_its_ke
         assert s.take_named() == ([key], False), as_text
 
 
+def test_what_a_failed_claim_took_is_named_again_for_the_next() -> None:
+    s = Sweep(keys_as_text=True, max_poll_seconds=10)
+    swept(s, now=0.0, last_key=50)
+    s.ended(7)
+    s.wake(["7"], again=True)
+    s.wake()
+    taken = s.take_named()
+    assert taken == (["7"], True)
+    s.put_back(taken[0], unnamed=taken[1])  # the claim's round trip raised
+    assert s.take_named() == taken
+    assert s.take_named() == ([], False)
+
+
 def test_an_item_without_a_text_form_makes_the_next_claim_wrap() -> None:
     s = Sweep(keys_as_text=True, max_poll_seconds=10)
     swept(s, now=0.0, last_key=50)
