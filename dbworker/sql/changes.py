@@ -151,7 +151,12 @@ def write(conn: Connection, payloads: Iterable[str]) -> None:
 
 
 def prune(conn: Connection, upto: int) -> int:
-    """Delete rows with ids up to ``upto``; return how many went. Commits."""
+    """Delete rows with ids up to ``upto``, all but the newest; return how many went. Commits.
+
+    The newest row stays so ids never start over: SQLite gives an emptied table's next row
+    id 1 (as MySQL before 8.0 does after a restart), which readers past it would never see.
+    """
+    upto = min(upto, top(conn) - 1)
     n = conn.execute(sa.delete(TABLE).where(TABLE.c.id <= upto)).rowcount
     conn.commit()
     return int(n or 0)
