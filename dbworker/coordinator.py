@@ -522,7 +522,7 @@ class Coordinator:
         if self._listen_url is not None:
             # A session of its own on the server itself, opened and closed by the listener.
             engine = sa.create_engine(self._listen_url, poolclass=NullPool)
-        return postgres.Listener(engine, router.notified, secrets=self._secrets)
+        return postgres.Listener(engine, router.notified, secrets=self._secrets, on_resumed=router.committed)
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop claiming and wait for running handlers to finish.

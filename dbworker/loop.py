@@ -360,8 +360,11 @@ class WorkerLoop:
                     self._enqueue(taken)
                 if len(taken) < limit:
                     taken += self._sweep(conn, limit - len(taken))
-                if unnamed and not wrapped and len(taken) < limit and not sweep.wrapping and sweep.behind(now):
-                    taken += self._sweep(conn, limit - len(taken))
+                if unnamed and not wrapped and not sweep.wrapping:
+                    if len(taken) >= limit:
+                        sweep.put_back([], unnamed=True)  # no room now: the next claim looks
+                    elif sweep.behind(now):
+                        taken += self._sweep(conn, limit - len(taken))
             except Exception:
                 sweep.put_back(named, unnamed=unnamed)  # claimed by key once the database is back
                 raise

@@ -21,11 +21,18 @@ _IDLE_CHECK_SECONDS = 5.0  # an idle listener still looks at its stop flag this 
 
 
 class Listener:
-    """LISTENs on the channel and calls ``on_notify(payload)``; reconnects after errors."""
+    """LISTENs on the channel and calls ``on_notify(payload)``; reconnects after errors.
 
-    def __init__(self, engine: Engine, on_notify: Callable[[str], None], *, secrets: tuple[str, ...]) -> None:
+    What was sent while it was away is lost: once listening again it calls ``on_resumed``
+    (every loop looks, as at a wake-up naming no row).
+    """
+
+    def __init__(self, engine: Engine, on_notify: Callable[[str], None], *, secrets: tuple[str, ...],
+                 on_resumed: Callable[[], None] | None = None) -> None:  # fmt: skip
         self._engine = engine
         self._on_notify = on_notify
+        self._on_resumed = on_resumed
+        self._listened = False  # a LISTEN succeeded before: the next one follows a gap
         self._secrets = secrets
         self._stop = threading.Event()
         self._announce = threading.Event()
@@ -68,6 +75,9 @@ class Listener:
     def _listen(self, conn: Any) -> None:
         conn.autocommit = True
         notify.listen(conn)
+        if self._listened and self._on_resumed is not None:
+            self._on_resumed()
+        self._listened = True
         # Sleep in select() on the connection's socket and a self-pipe for announcements:
         # an idle coordinator costs no CPU here, and notifications act at once.
         own = conn.info.backend_pid

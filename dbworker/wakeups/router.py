@@ -68,7 +68,8 @@ class Router:
                     loop.wake(*keys)
 
     def committed(self) -> None:
-        """Something was committed to the database (SQLite's watcher): every loop looks."""
+        """Something was committed to the database (SQLite's watcher), or may have been unseen
+        (the PostgreSQL listener, back after a gap): every loop looks."""
         for loop in self._loops:
             loop.wake()
 

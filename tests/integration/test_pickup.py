@@ -244,3 +244,28 @@ def test_a_failed_item_reset_behind_the_cursor_is_claimed_at_once(app: App) -> N
         assert c.workers["items"].reset_failed(s, flaky) is True
         s.commit()
     app.wait_status([flaky], (ExecutionStatus.FINISHED,), timeout=60)
+
+
+def test_a_row_committed_while_the_listener_was_away_is_claimed_once_it_listens_again(app: App) -> None:
+    """PostgreSQL: notifications sent while the listener reconnects are lost; once it listens
+    again every loop looks, so the row is not left to the 120 s poll."""
+    if app.db.backend != "postgresql":
+        pytest.skip("the LISTEN connection is PostgreSQL's")
+    c = app.coordinator(**SLOW)
+    polls = EmptyPolls()
+    c.add_observer(polls)
+    c.start()
+    wait_until(lambda: polls.seen, what="the first, empty poll")
+    listening = sa.text(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+    )
+    direct = pooler.direct_engine(app.db.url)  # the listener's session is on the server itself
+    try:
+        with direct.connect() as conn:
+            wait_until(lambda: conn.execute(listening).first(), what="the listener's session")
+            conn.execute(sa.text(f"SELECT pg_terminate_backend(pid) FROM ({listening.text}) AS l"))
+            conn.commit()
+        [i] = app.add("finish")  # notified to no one: the listener has not reconnected yet
+    finally:
+        direct.dispose()
+    app.wait_status([i], (ExecutionStatus.FINISHED,), timeout=30)
