@@ -419,6 +419,7 @@ class Coordinator:
                 on_item_done=router.item_done,
                 secrets=self._secrets,
                 fed=w.key.table.name in fed,
+                shares_source=sum(o.key.table is w.key.table for o in self._registry.values()) > 1,
                 hint=hint,
             )
             for w in selected
@@ -537,9 +538,9 @@ class Coordinator:
             if not self._started or self._stopped:
                 return
             self._stopped = True
-        self._observers.draining(draining=True)
         for loop in self._loops:
             loop.request_stop()
+        self._observers.draining(draining=True)  # told once no loop claims any more
         if self._ticker is not None:
             self._ticker.stop()  # no tick is inserted that a draining fleet would leave unrun
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -559,9 +560,9 @@ class Coordinator:
             first = not self._stopped
             self._stopped = True
         if first:
-            self._observers.draining(draining=True)
             for loop in self._loops:
                 loop.request_stop()
+            self._observers.draining(draining=True)
         self._finish()
 
     def _finish(self) -> None:

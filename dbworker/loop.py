@@ -41,6 +41,9 @@ PREFETCH_MAX_PER_SLOT = 16
 # fleet-wide (at most max_poll_seconds), both on one connection: an item another pod made wait
 # is picked up within this much of its time, and a pause stops claims within it.
 LOOKUP_SECONDS = 1.0
+# A round skipped rows another transaction held (another worker's claim on the same source,
+# an application's lock): the loop claims again this soon, doubling while they stay held.
+HELD_FIRST_WAIT = 0.02
 
 
 class Waker:
@@ -86,9 +89,11 @@ class WorkerLoop:
         on_item_done: Callable[[str, Any], None],
         secrets: tuple[str, ...],
         fed: bool = False,
+        shares_source: bool = False,
         hint: poolers.Hint | None = None,
     ) -> None:
-        """``fed``: the worker's source has the wake-up triggers (``sweep.FED_WRAP_SPACING``)."""
+        """``fed``: the worker's source has the wake-up triggers (``sweep.FED_WRAP_SPACING``);
+        ``shares_source``: another registered worker claims rows of the same source table."""
         self.worker = worker
         self.engine = engine
         self._settings = settings
@@ -120,6 +125,10 @@ class WorkerLoop:
             parse_key=None if postgres else functools.partial(tables.key_from_text, column=worker.key), fed=fed,
         )  # fmt: skip
         self._fleet_wrap = False  # this loop won the fleet's wrap (sql.sweeps): record it
+        # Claims lock the source rows they take: another worker's claim on the same table
+        # makes a round skip rows it holds for a moment, which the cursor must not pass.
+        self._shares_source = shares_source
+        self._held = False  # the last claim's sweep skipped rows another transaction held
         self._queue: collections.deque[claims.Claim] = collections.deque()
         self._queue_lock = threading.Lock()
         self._lost: set[str] = set()  # tokens of handed-over claims found lost (see claims_lost)
@@ -264,6 +273,7 @@ class WorkerLoop:
         settings = self._settings
         poll = Backoff(settings.poll_seconds, settings.max_poll_seconds)
         errors = Backoff(ERROR_FIRST_WAIT, ERROR_MAX_WAIT, jitter=0.5)
+        held = Backoff(HELD_FIRST_WAIT, settings.max_poll_seconds)
         next_claim = 0.0
         timed = False  # is the claim due a timed poll (True) or a wake-up / completion (False)?
         last_wait: float | None = None
@@ -330,6 +340,10 @@ class WorkerLoop:
                     last_wait = wait
                     next_claim, timed = last_trip + wait, True
                     next_claim = self.sweep.next_claim(next_claim)
+                    if self._held:  # held rows are claimable once their holder commits
+                        next_claim = min(next_claim, last_trip + held.next())
+                    else:
+                        held.reset()
             elif now - last_trip >= settings.max_poll_seconds:
                 # No claim is due (all slots busy, or draining): keep the heartbeat honest.
                 try:
@@ -423,7 +437,8 @@ class WorkerLoop:
     def _sweep(self, conn: Connection, limit: int) -> list[claims.Claim]:
         """The sweep's next round, from the cursor (None: from the start); moves the cursor."""
         wrap = self.sweep.wrapping
-        after = self.sweep.cursor
+        after, inclusive = self.sweep.cursor, self.sweep.inclusive
+        self._held = False
         rnd = self._round(conn, limit)
         if rnd.swept and self.sweep.advance(rnd.last_key, inclusive=rnd.inclusive):
             # Nothing taken past the cursor. Before it moves to the top, a read without locks
@@ -434,8 +449,19 @@ class WorkerLoop:
             held = not rnd.inclusive and rnd.last_key is None and claims.first_claimable(
                 conn, table=self.worker.table, key=self.worker.key, eligible=self.worker.eligible, after=after
             ) is not None
+            self._held = held
             if not held:
                 self.sweep.at_top(claims.top_key(conn, self.worker.key))
+        elif rnd.swept and self._shares_source and not rnd.inclusive:
+            # The round took rows up to last_key: if it skipped one below that another
+            # worker's claim held (a read without locks), the next round starts where this
+            # one did.
+            passed = claims.first_claimable(
+                conn, table=self.worker.table, key=self.worker.key, eligible=self.worker.eligible, after=after
+            )
+            if passed is not None and passed < rnd.last_key:
+                self.sweep.restart_at(after, inclusive=inclusive)
+                self._held = True
         if wrap and self._fleet_wrap:
             self._fleet_wrap = False
             self._record_wrap(conn, rnd, full=len(rnd.taken) >= limit)

@@ -229,6 +229,12 @@ class Sweep:
             return False
         return True
 
+    def restart_at(self, cursor: Any, *, inclusive: bool = False) -> None:
+        """A round passed rows another transaction held: the next starts where it started
+        (``cursor`` None: from the first row again)."""
+        self.cursor = cursor
+        self.inclusive = inclusive and cursor is not None
+
     def at_top(self, top_key: Any) -> None:
         """Nothing is claimable in the whole source: later rounds start at its top key.
 

@@ -251,21 +251,45 @@ def test_a_row_committed_while_the_listener_was_away_is_claimed_once_it_listens_
     again every loop looks, so the row is not left to the 120 s poll."""
     if app.db.backend != "postgresql":
         pytest.skip("the LISTEN connection is PostgreSQL's")
-    c = app.coordinator(**SLOW)
-    polls = EmptyPolls()
-    c.add_observer(polls)
-    c.start()
-    wait_until(lambda: polls.seen, what="the first, empty poll")
     listening = sa.text(
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'"
     )
     direct = pooler.direct_engine(app.db.url)  # the listener's session is on the server itself
     try:
-        with direct.connect() as conn:
-            wait_until(lambda: conn.execute(listening).first(), what="the listener's session")
-            conn.execute(sa.text(f"SELECT pg_terminate_backend(pid) FROM ({listening.text}) AS l"))
-            conn.commit()
+        with direct.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:  # fresh reads
+            others = set(conn.execute(listening).scalars())  # other coordinators': left alone
+            c = app.coordinator(**SLOW)
+            polls = EmptyPolls()
+            c.add_observer(polls)
+            c.start()
+            wait_until(lambda: polls.seen, what="the first, empty poll")
+            ours = wait_until(lambda: set(conn.execute(listening).scalars()) - others, what="the listener's session")
+            for pid in ours:
+                conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
         [i] = app.add("finish")  # notified to no one: the listener has not reconnected yet
     finally:
         direct.dispose()
     app.wait_status([i], (ExecutionStatus.FINISHED,), timeout=30)
+
+
+def test_two_workers_on_one_source_each_claim_every_row_of_a_burst(app: App) -> None:
+    """Claims lock the source rows they take: a round of one worker skips the rows another
+    worker's claim holds at that moment, and must not pass them for good (they would wait
+    for its next wrap, far beyond the 120 s poll here)."""
+    c = app.coordinator(**SLOW)
+    c.transactional_worker(name="also", source=basic.Item, concurrency=2)(basic.handle_then)
+    c.create_worker_tables()
+    polls = EmptyPolls()
+    c.add_observer(polls)
+    c.start()
+    wait_until(lambda: polls.seen >= 2, what="both workers' first, empty polls")
+    ids: list[int] = []
+
+    def both_done() -> bool:
+        with Session(app.db.engine) as s:
+            return all(c.execution_status(s, worker=w, source_id=i) is ExecutionStatus.FINISHED
+                       for w in ("items", "also") for i in ids)  # fmt: skip
+
+    for _ in range(5):
+        ids.extend(app.add(*["finish"] * 8))
+        wait_until(both_done, timeout=30, what=f"both workers to finish items {ids[0]}-{ids[-1]}")

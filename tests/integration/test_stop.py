@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from dbworker import ExecutionStatus
 from dbworker.coordinator import STOP_MARGIN_SECONDS
+from dbworker.observe import Observer
 from tests.helpers import pid_alive, wait_until
 from tests.integration.conftest import App
 
@@ -19,8 +20,19 @@ def _children(app: App) -> list[int]:
     return [pid for c in app.coordinators for pid in c.handler_pids()]
 
 
+class Draining(Observer):
+    def __init__(self) -> None:
+        self.seen = threading.Event()
+
+    def draining(self, *, draining: bool) -> None:
+        if draining:
+            self.seen.set()
+
+
 def test_stop_waits_for_running_handlers(app: App, tmp_path: Path) -> None:
     c = app.coordinator()
+    draining = Draining()
+    c.add_observer(draining)
     go = tmp_path / "go"
     [i] = app.add(f"wait:{go}")
     c.start()
@@ -28,6 +40,7 @@ def test_stop_waits_for_running_handlers(app: App, tmp_path: Path) -> None:
     wait_until(lambda: app.started(i), what="the handler to start")
     stopper = threading.Thread(target=c.stop)
     stopper.start()
+    assert draining.seen.wait(30)  # stop() has stopped the claims (it returns once drained)
     [later] = app.add("finish")
     stopper.join(1.0)
     assert stopper.is_alive()  # still waiting for the handler
