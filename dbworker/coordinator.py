@@ -52,6 +52,7 @@ log = logging.getLogger("dbworker")
 F = TypeVar("F", bound=Callable[..., Any])
 
 STOP_MARGIN_SECONDS = 5.0  # after a stop deadline: time to end processes and give claims back
+STOP_SEEN_SECONDS = 5.0  # at most this long stop() waits for loops to end a claim under way
 
 _running: weakref.WeakSet[Coordinator] = weakref.WeakSet()
 
@@ -540,10 +541,15 @@ class Coordinator:
             self._stopped = True
         for loop in self._loops:
             loop.request_stop()
-        self._observers.draining(draining=True)  # told once no loop claims any more
+        deadline = None if timeout is None else time.monotonic() + timeout
+        # Told once no loop claims any more: a claim under way ends first (bounded, as a
+        # loop stuck in a database call may not answer).
+        seen_by = time.monotonic() + (STOP_SEEN_SECONDS if timeout is None else min(STOP_SEEN_SECONDS, timeout))
+        for loop in self._loops:
+            loop.claims_stopped.wait(max(0.0, seen_by - time.monotonic()))
+        self._observers.draining(draining=True)
         if self._ticker is not None:
             self._ticker.stop()  # no tick is inserted that a draining fleet would leave unrun
-        deadline = None if timeout is None else time.monotonic() + timeout
         while any(loop.alive for loop in self._loops):
             if self._abort.is_set() or (deadline is not None and time.monotonic() >= deadline):
                 break

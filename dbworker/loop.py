@@ -116,6 +116,7 @@ class WorkerLoop:
         self._lookup_every = min(LOOKUP_SECONDS, settings.max_poll_seconds)
         self._waker = Waker()
         self._stopping = threading.Event()
+        self.claims_stopped = threading.Event()  # set once the loop saw the stop: no claim runs
         self._claim_now = False
         # Where claims look (see sweep.py); our own items that end unfinished or are given
         # back are named there, so they are claimed by key.
@@ -175,6 +176,7 @@ class WorkerLoop:
         except BaseException:
             log.exception("dbworker worker %s: loop ended by an unexpected error", name)
         finally:
+            self.claims_stopped.set()
             try:
                 self.pool.shutdown()
             finally:
@@ -202,7 +204,7 @@ class WorkerLoop:
         when = time.monotonic() + seconds
         with self._due_lock:
             known = self._due_keys.get(source_id)
-            if known is not None and known <= when + 0.001:
+            if known is not None and time.monotonic() < known <= when + 0.001:
                 return  # already waited for (the lookup finds our own waiting items too)
             self._due_keys[source_id] = when
             heapq.heappush(self._due, (when, source_id))
@@ -281,6 +283,7 @@ class WorkerLoop:
         while True:
             stopping = self._stopping.is_set()
             if stopping:
+                self.claims_stopped.set()
                 self._give_back_queued()  # not started: another process may take them now
                 self.pool.cancel_pending()  # handed over but maybe not started: the same
                 if not self.pool.busy_claims():
@@ -428,7 +431,11 @@ class WorkerLoop:
         if starting and not self.sweep.wrapping:
             # Starting where the fleet's last wrap left off: items made claimable again since
             # (given back by pods that stopped, reset) may lie below it.
-            ready = claims.ready_unfinished(conn, self.worker.table, notify.MAX_NAMED_ROWS + 1)
+            try:
+                ready = claims.ready_unfinished(conn, self.worker.table, notify.MAX_NAMED_ROWS + 1)
+            except Exception:
+                self.sweep.restart_at(None)  # unread: the first round walks from the first row
+                raise
             if len(ready) > notify.MAX_NAMED_ROWS:
                 self.sweep.cursor = None  # too many to name: walk from the first row
             for source_id in ready:

@@ -133,6 +133,14 @@ def top(conn: Connection) -> int:
     return int(conn.execute(sa.select(sa.func.coalesce(sa.func.max(TABLE.c.id), 0))).scalar_one())
 
 
+def missing_below(conn: Connection, top: int, span: int) -> list[int]:
+    """The ids of the ``span`` below ``top`` that are not there: pruned, rolled back, or
+    held by transactions that may still commit."""
+    low = max(top - span, 0)
+    ids = set(conn.execute(sa.select(TABLE.c.id).where(TABLE.c.id > low, TABLE.c.id < top)).scalars())
+    return [i for i in range(low + 1, top) if i not in ids]
+
+
 def read(conn: Connection, after: int, gaps: Sequence[int], limit: int) -> list[tuple[int, str]]:
     """``(id, payload)`` rows past ``after``, and those of ``gaps`` (ids below it not seen yet)."""
     c = TABLE.c

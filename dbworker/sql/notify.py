@@ -250,6 +250,13 @@ def add_ended(ended: dict[str, set[str] | None], worker: str, key: str | None) -
         ended[worker] = None
 
 
+def merge_ended(into: dict[str, set[str] | None], ended: dict[str, set[str] | None]) -> None:
+    """Add a batch back into ``into`` (one whose announcement failed: sent with the next)."""
+    for worker, keys in ended.items():
+        for key in keys if keys is not None else [None]:
+            add_ended(into, worker, key)
+
+
 def done_payloads(ended: dict[str, set[str] | None]) -> list[str]:
     """``done:<worker> <key>`` for each ended item named, ``done:<worker>`` when unnamed."""
     payloads: list[str] = []

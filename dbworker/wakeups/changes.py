@@ -36,6 +36,7 @@ log = logging.getLogger("dbworker")
 POLL_SECONDS = 0.02
 GAP_SECONDS = 10.0  # a transaction that holds a lower id longer is not waited for
 MAX_GAPS = 1024
+START_GAPS = 64  # ids below the top missing when a reader starts: looked for, as gaps
 KEEP_SECONDS = 60.0  # rows are kept this long for readers (pruned after)
 READ_LIMIT = 512
 
@@ -110,11 +111,13 @@ class ChangeFeed:
         with self._read_lock, contextlib.ExitStack() as stack:
             if conn is None:
                 conn = stack.enter_context(connect(self._engine))
+            now = time.monotonic()
             if self._seen is None:
-                self._seen = changes.top(conn)  # what came before is the sweep's to find
+                self._seen = changes.top(conn)  # what came before is the sweep's to find ...
+                # ... but for rows of transactions still open, whose lower ids appear later.
+                self._gaps = dict.fromkeys(changes.missing_below(conn, self._seen, START_GAPS), now)
                 conn.rollback()
                 return 0
-            now = time.monotonic()
             gaps = [g for g, at in self._gaps.items() if now - at < GAP_SECONDS]
             rows = changes.read(conn, self._seen, gaps, READ_LIMIT)
             conn.rollback()  # end the read's transaction: the next sees later commits
@@ -162,5 +165,10 @@ class ChangeFeed:
         with self._ended_lock:
             ended, self._ended = self._ended, {}
         if ended:
-            changes.write(conn, notify.done_payloads(ended))
-            conn.commit()
+            try:
+                changes.write(conn, notify.done_payloads(ended))
+                conn.commit()
+            except Exception:
+                with self._ended_lock:
+                    notify.merge_ended(self._ended, ended)  # written once the database answers
+                raise

@@ -89,7 +89,13 @@ class Listener:
                 self._announce.clear()
                 with self._ended_lock:
                     ended, self._ended = self._ended, {}
-                notify.announce_done(conn, ended)
+                try:
+                    notify.announce_done(conn, ended)
+                except Exception:
+                    with self._ended_lock:
+                        notify.merge_ended(self._ended, ended)  # sent on the next connection
+                    self._announce.set()
+                    raise
                 continue
             readable, _, _ = select.select([conn.fileno(), self._wake_r], [], [], _IDLE_CHECK_SECONDS)
             if self._wake_r in readable:

@@ -83,7 +83,7 @@ def test_signals_to_the_whole_process_group_do_not_end_handlers(
 def _stop_while_a_handler_runs(
     appdb: AppDb, start_worker: StartWorker, stop: Callable[[Worker], None]
 ) -> None:
-    appdb.add({"id": 1, "action": "sleep", "seconds": 2.0})
+    appdb.add({"id": 1, "action": "sleep", "seconds": 5.0})
     w = start_worker(appdb, *FAST, "--worker", "main", "--drain-seconds", "60")
     w.wait_ready()
     w.wait_value("dbworker_handlers_active", 1, worker="main")
@@ -171,7 +171,7 @@ def test_as_pid_1_it_drains_on_sigterm_and_reaps_its_children(
 ) -> None:
     # A container runs the command as PID 1 with no shell or init in front of it.
     appdb = sqlite_db
-    appdb.add({"id": 1, "action": "exit"}, {"id": 2, "action": "sleep", "seconds": 2.0})
+    appdb.add({"id": 1, "action": "exit"}, {"id": 2, "action": "sleep", "seconds": 5.0})
     prefix = ["unshare", "--pid", "--fork", "--mount-proc"]
     w = start_worker(appdb, *FAST, "--worker", "main", "--drain-seconds", "60", prefix=prefix)
     w.wait_ready()

@@ -12,15 +12,15 @@ from tests.integration.conftest import App
 
 
 def test_a_running_handler_keeps_its_lease(app: App) -> None:
-    first = app.coordinator(lease_seconds=1.5)
+    first = app.coordinator(lease_seconds=3)
     [i] = app.add("dbwait")
     first.start()
     wait_until(lambda: app.started(i), what="the handler to start")
     token = app.state(i)["claim_token"]  # type: ignore[index]
-    second = app.coordinator(lease_seconds=1.5)
+    second = app.coordinator(lease_seconds=3)
     second.start()
     # Several leases long: the second coordinator finishes other work but never takes item i.
-    for _ in range(3):
+    for _ in range(6):
         [other] = app.add("sleep:1")
         app.wait_status([other], (ExecutionStatus.FINISHED,))
     state = app.state(i)

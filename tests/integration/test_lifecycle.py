@@ -112,7 +112,7 @@ def test_unfinished_after_runs_again_after_the_delay_and_not_before(app: App) ->
     app.wait_status([i], FINISHED, timeout=30)
     first, second = starts(app, i)
     assert second - first >= 2.0
-    assert second - first < 10.0  # picked up when due, not at a 120 s poll
+    assert second - first < 30.0  # picked up when due, not at a 120 s poll
 
 
 def test_cancel_of_a_waiting_item_fails_it_and_it_never_runs(app: App) -> None:
@@ -220,7 +220,7 @@ def test_a_waiting_item_is_picked_up_on_time_by_a_coordinator_that_did_not_make_
     second.start()
     app.wait_status([i], FINISHED, timeout=30)
     one, two = starts(app, i)
-    assert 3.0 <= two - one < 10.0  # when due, not at the 120 s poll
+    assert 3.0 <= two - one < 30.0  # when due, not at the 120 s poll (a new coordinator starts)
 
 
 def test_taking_over_the_last_allowed_attempt_fails_the_item_without_running_it(app: App) -> None:

@@ -40,7 +40,7 @@ def test_stop_waits_for_running_handlers(app: App, tmp_path: Path) -> None:
     wait_until(lambda: app.started(i), what="the handler to start")
     stopper = threading.Thread(target=c.stop)
     stopper.start()
-    assert draining.seen.wait(30)  # stop() has stopped the claims (it returns once drained)
+    assert draining.seen.wait(30)  # no loop claims any more (stop() returns once drained)
     [later] = app.add("finish")
     stopper.join(1.0)
     assert stopper.is_alive()  # still waiting for the handler

@@ -67,3 +67,12 @@ def test_ended_items_are_batched_by_key_up_to_a_limit_then_as_some() -> None:
     notify.add_ended(ended, "b", "3")  # "some" stays "some"
     assert ended["b"] is None
     assert notify.done_payloads({"a": {"2", "1"}, "b": None}) == ["done:a 1", "done:a 2", "done:b"]
+
+
+def test_a_batch_whose_announcement_failed_is_merged_into_the_next() -> None:
+    pending: dict[str, set[str] | None] = {}
+    notify.add_ended(pending, "hash", "3")
+    failed: dict[str, set[str] | None] = {"hash": {"1", "2"}, "compare": None}
+    notify.merge_ended(pending, failed)
+    assert pending == {"hash": {"1", "2", "3"}, "compare": None}
+    assert notify.done_payloads(pending) == ["done:compare", "done:hash 1", "done:hash 2", "done:hash 3"]
