@@ -51,11 +51,10 @@ class ChangeFeed:
         self._on_unnamed = on_unnamed
         self._secrets = secrets
         self._read_lock = threading.Lock()  # the SQLite watcher and a loop may both read
-        self._ended_lock = threading.Lock()
         self._seen: int | None = None  # highest id read (None: not read yet)
         self._gaps: dict[int, float] = {}  # ids below it not seen yet -> when first missed
         self._marks: list[tuple[float, int]] = []  # (when, seen then): for pruning
-        self._ended: dict[str, set[str] | None] = {}  # done announcements, as the Listener's
+        self._ended = notify.EndedBatch()  # done announcements, as the Listener's
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="dbworker-changes", daemon=True)
 
@@ -158,17 +157,14 @@ class ChangeFeed:
     def announce_done(self, worker: str, key: str | None = None) -> None:
         """Tell other coordinators an item of ``worker`` ended (``key`` as text): written by
         the polling thread within a read's interval, batched like the Listener's."""
-        with self._ended_lock:
-            notify.add_ended(self._ended, worker, key)
+        self._ended.add(worker, key)
 
     def _flush(self, conn: sa.Connection) -> None:
-        with self._ended_lock:
-            ended, self._ended = self._ended, {}
+        ended = self._ended.take()
         if ended:
             try:
                 changes.write(conn, notify.done_payloads(ended))
                 conn.commit()
             except Exception:
-                with self._ended_lock:
-                    notify.merge_ended(self._ended, ended)  # written once the database answers
+                self._ended.put_back(ended)  # written once the database answers
                 raise

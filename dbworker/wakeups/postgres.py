@@ -38,8 +38,7 @@ class Listener:
         self._announce = threading.Event()
         # Ended items to announce, by worker: their keys, or None for "some" (too many, or
         # keys without a text form).
-        self._ended: dict[str, set[str] | None] = {}
-        self._ended_lock = threading.Lock()
+        self._ended = notify.EndedBatch()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -54,8 +53,7 @@ class Listener:
 
     def announce_done(self, worker: str, key: str | None = None) -> None:
         """Tell other coordinators an item of ``worker`` (``key`` as text) ended; batched while busy."""
-        with self._ended_lock:
-            notify.add_ended(self._ended, worker, key)
+        self._ended.add(worker, key)
         if not self._announce.is_set():
             self._announce.set()
             self._poke()
@@ -87,13 +85,11 @@ class Listener:
                     self._on_notify(note.payload)
             if self._announce.is_set():
                 self._announce.clear()
-                with self._ended_lock:
-                    ended, self._ended = self._ended, {}
+                ended = self._ended.take()
                 try:
                     notify.announce_done(conn, ended)
                 except Exception:
-                    with self._ended_lock:
-                        notify.merge_ended(self._ended, ended)  # sent on the next connection
+                    self._ended.put_back(ended)  # sent on the next connection
                     self._announce.set()
                     raise
                 continue

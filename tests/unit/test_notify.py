@@ -70,9 +70,14 @@ def test_ended_items_are_batched_by_key_up_to_a_limit_then_as_some() -> None:
 
 
 def test_a_batch_whose_announcement_failed_is_merged_into_the_next() -> None:
-    pending: dict[str, set[str] | None] = {}
-    notify.add_ended(pending, "hash", "3")
-    failed: dict[str, set[str] | None] = {"hash": {"1", "2"}, "compare": None}
-    notify.merge_ended(pending, failed)
+    batch = notify.EndedBatch()
+    batch.add("hash", "1")
+    batch.add("hash", "2")
+    batch.add("compare", None)
+    failed = batch.take()
+    assert batch.take() == {}
+    batch.add("hash", "3")
+    batch.put_back(failed)
+    pending = batch.take()
     assert pending == {"hash": {"1", "2", "3"}, "compare": None}
     assert notify.done_payloads(pending) == ["done:compare", "done:hash 1", "done:hash 2", "done:hash 3"]
