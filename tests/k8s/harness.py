@@ -30,9 +30,11 @@ WORKER_RESOURCE: RKey = ("dbworker.dev", "v1alpha1", "workers")
 # A log record starts with its timestamp; a traceback's lines belong to the record above them.
 RECORD_START = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 # kopf's watch streams, closed by SIGTERM, sometimes fail their own close (asyncio logs
-# "generator didn't stop after athrow()" for kopf's infinite_watch): kopf's shutdown, not ours.
-KOPF_WATCH_CLOSE = re.compile(r"ERROR asyncio: an error occurred during closing of asynchronous generator"
-                              r" <async_generator object infinite_watch ")
+# "generator didn't stop after athrow()" for kopf's infinite_watch, or an exception in the
+# cancel callback of kopf's API stream): kopf's shutdown, not ours.
+KOPF_WATCH_CLOSE = re.compile(r"ERROR asyncio: (an error occurred during closing of asynchronous generator"
+                              r" <async_generator object infinite_watch |Exception in callback"
+                              r" stream\.<locals>\.request_cancel_callback\()")
 
 
 def admission() -> dict[RKey, Callable[[dict[str, Any]], list[str]]]:
