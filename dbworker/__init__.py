@@ -1,6 +1,6 @@
 """dbworker: background work on your application's own SQL database.
 
-The public names below are the contract (SPEC.md) and what was added beside it (retries,
+The public names below are the contract (docs/contract.md) and what was added beside it (retries,
 ``Unfinished(after=)``); everything else may change.
 """
 

@@ -1,6 +1,6 @@
 """The contract types applications import: outcomes, execution statuses, callback shapes.
 
-Everything here is part of the public API in SPEC.md and never changes meaning; the rest of
+Everything here is part of the public API in docs/contract.md and never changes meaning; the rest of
 the package builds on these names and nothing here imports the rest of the package.
 """
 

@@ -1,4 +1,4 @@
-"""file_events: the kernel's reports of writes to named files (Linux inotify)."""
+"""wakeups.inotify: the kernel's reports of writes to named files (Linux inotify)."""
 
 from __future__ import annotations
 
