@@ -42,6 +42,7 @@ from dbworker.workers import (
     RegisteredWorker,
     WorkerViews,
     check_concurrency,
+    check_handler,
     check_name,
     check_retry,
     check_timeout,
@@ -280,8 +281,7 @@ class Coordinator:
         table = tables.work_table(name, source)
 
         def register(handler: F) -> F:
-            if not callable(handler):
-                raise ValueError(f"worker {name!r}: the handler must be a function, got {handler!r}")
+            check_handler(name, handler)
             if name in self._registry:
                 raise ValueError(f"worker name {name!r} is already registered on this coordinator")
             self._check_not_started("transactional_worker" if schedule is None else "periodic")

@@ -22,6 +22,8 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Mapper
 
+from dbworker.sql import names
+
 STATUS_LENGTH = 16
 TOKEN_LENGTH = 36
 CLAIMER_LENGTH = 255  # host:pid of the claiming process (claimer.identity)
@@ -92,7 +94,7 @@ def table_name(worker: str) -> str:
 
 
 def status_index_name(worker: str) -> str:
-    return f"ix_{table_name(worker)}_execution_status"
+    return names.identifier(f"ix_{table_name(worker)}_execution_status")
 
 
 # MySQL/MariaDB's DATETIME keeps whole seconds unless asked: a 0.6 s delay would end early.
@@ -100,7 +102,7 @@ MICROSECONDS = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "maria
 
 
 def not_before_index_name(worker: str) -> str:
-    return f"ix_{table_name(worker)}_not_before"
+    return names.identifier(f"ix_{table_name(worker)}_not_before")
 
 
 # Columns added after 0.0.1, in the order the upgrade adds them (each with a server default
@@ -133,6 +135,7 @@ def work_table(worker: str, source: Any) -> sa.Table:
         ),
         sa.Column("execution_status", sa.String(STATUS_LENGTH), nullable=False),
         sa.Column("claim_token", sa.String(TOKEN_LENGTH), nullable=True),
+        # index=True: named by the MetaData's convention (SQLAlchemy cuts a long one with a hash).
         sa.Column("lease_expires_at", sa.DateTime(), nullable=True, index=True),
         sa.Column("error", sa.Text(), nullable=True),
         # Invocations of the current step (see sql/attempts.py); 0 before the first claim.
