@@ -324,6 +324,14 @@ class Coordinator:
         """Process ids of the handler processes of the running loops (for diagnostics and tests)."""
         return [pid for loop in self._loops for pid in loop.pool.pids()]
 
+    def dead_threads(self) -> list[str]:
+        """The loops and lease keeper that are no longer running while this coordinator runs
+        (whatever ended them), by name, for ``/healthz``; empty before start and after stop."""
+        if not self._started or self._stopped:
+            return []
+        dead = [f"loop of worker {loop.worker.name!r}" for loop in self._loops if not loop.alive]
+        return dead + (["lease keeper"] if self._keeper is not None and not self._keeper.thread.is_alive() else [])
+
     def wake(self, worker: str | None = None) -> None:
         """Have ``worker``'s loop (every loop: None) claim now instead of at its next poll."""
         for loop in self._loops:

@@ -15,6 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from dbworker import bounds
 from dbworker.contract import Eligible, ExecutionStatus, Handler
 from dbworker.retries import Retry
 from dbworker.schedules import ticks
@@ -79,12 +80,14 @@ def check_timeout(timeout: object) -> float | None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < float("inf"):
         raise ValueError(f"timeout must be None or a positive number of seconds, got {timeout!r}")
+    bounds.check(timeout, bounds.WAIT, field="timeout")
     return float(timeout)
 
 
 def check_concurrency(concurrency: object, *, field: str = "concurrency") -> int:
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise ValueError(f"{field} must be an integer >= 1, got {concurrency!r}")
+    bounds.check(concurrency, bounds.CONCURRENCY, field=field)
     return concurrency
 
 
