@@ -329,8 +329,9 @@ class Coordinator:
         (whatever ended them), by name, for ``/healthz``; empty before start and after stop."""
         if not self._started or self._stopped:
             return []
-        dead = [f"loop of worker {loop.worker.name!r}" for loop in self._loops if not loop.alive]
-        return dead + (["lease keeper"] if self._keeper is not None and not self._keeper.thread.is_alive() else [])
+        threads = [(f"loop of worker {loop.worker.name!r}", loop.thread) for loop in self._loops]
+        threads += [("lease keeper", self._keeper.thread)] if self._keeper is not None else []
+        return [name for name, t in threads if t.ident is not None and not t.is_alive()]  # started, ended
 
     def wake(self, worker: str | None = None) -> None:
         """Have ``worker``'s loop (every loop: None) claim now instead of at its next poll."""

@@ -20,6 +20,7 @@ from dbworker import Coordinator, ExecutionStatus
 from dbworker.console import queries
 from dbworker.contract import now
 from dbworker.pod import admin
+from tests import pooler
 from tests.apps import basic
 from tests.conftest import Database
 from tests.migration.test_upgrade import build_old_database
@@ -39,7 +40,7 @@ RECORDS: dict[str, dict[str, Any]] = {
 
 def _app_engine(db: Database, foreign_keys: bool) -> sa.Engine:
     """The application's own engine; on SQLite with ``PRAGMA foreign_keys`` as asked."""
-    engine = sa.create_engine(db.url)
+    engine = sa.create_engine(db.url, **pooler.engine_options(db.url))
     if db.backend == "sqlite":
         pragma = f"PRAGMA foreign_keys={'ON' if foreign_keys else 'OFF'}"
         sa.event.listen(engine, "connect", lambda conn, _record: conn.execute(pragma))

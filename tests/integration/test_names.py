@@ -13,6 +13,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 
 from dbworker import Coordinator, Finished
 from dbworker.sql import names
+from tests import pooler
 from tests.apps import basic
 from tests.conftest import Database
 
@@ -40,7 +41,7 @@ def handle(row: Any, session: Session) -> Finished:
 
 
 def _coordinator(db: Database) -> Coordinator:
-    return Coordinator(sessionmaker(db.engine), database_url=db.url)
+    return Coordinator(sessionmaker(db.engine), database_url=db.url, **pooler.coordinator_options(db.url))
 
 
 def test_the_longest_worker_name_is_created_everywhere_and_a_longer_one_is_refused(db: Database) -> None:
