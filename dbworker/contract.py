@@ -15,6 +15,8 @@ from typing import Any, Protocol, TypeAlias
 from sqlalchemy import Select
 from sqlalchemy.orm import Session
 
+from dbworker import bounds
+
 
 @dataclass(frozen=True)
 class Finished:
@@ -26,7 +28,8 @@ class Unfinished:
     """This call is done and more work remains: the item may be claimed again when eligible.
 
     ``after`` (seconds, or a ``timedelta``): not claimable again before that much time has
-    passed on the database's clock. ``Unfinished()`` may be claimed again at once.
+    passed on the database's clock, at most ``bounds.WAIT`` (10 years). ``Unfinished()`` may
+    be claimed again at once.
     """
 
     after: float | dt.timedelta | None = None
@@ -41,6 +44,8 @@ class Unfinished:
             raise ValueError(
                 f"Unfinished(after=...) must be seconds >= 0 or a timedelta, got {self.after!r}"
             )
+        if after is not None and bounds.exceeds(after, bounds.WAIT):
+            raise ValueError(bounds.message("Unfinished(after=...)", self.after, bounds.WAIT))
 
     @property
     def after_seconds(self) -> float | None:

@@ -42,6 +42,7 @@ from dbworker.workers import (
     RegisteredWorker,
     WorkerViews,
     check_concurrency,
+    check_handler,
     check_name,
     check_retry,
     check_timeout,
@@ -280,8 +281,7 @@ class Coordinator:
         table = tables.work_table(name, source)
 
         def register(handler: F) -> F:
-            if not callable(handler):
-                raise ValueError(f"worker {name!r}: the handler must be a function, got {handler!r}")
+            check_handler(name, handler)
             if name in self._registry:
                 raise ValueError(f"worker name {name!r} is already registered on this coordinator")
             self._check_not_started("transactional_worker" if schedule is None else "periodic")
@@ -323,6 +323,15 @@ class Coordinator:
     def handler_pids(self) -> list[int]:
         """Process ids of the handler processes of the running loops (for diagnostics and tests)."""
         return [pid for loop in self._loops for pid in loop.pool.pids()]
+
+    def dead_threads(self) -> list[str]:
+        """The loops and lease keeper that are no longer running while this coordinator runs
+        (whatever ended them), by name, for ``/healthz``; empty before start and after stop."""
+        if not self._started or self._stopped:
+            return []
+        threads = [(f"loop of worker {loop.worker.name!r}", loop.thread) for loop in self._loops]
+        threads += [("lease keeper", self._keeper.thread)] if self._keeper is not None else []
+        return [name for name, t in threads if t.ident is not None and not t.is_alive()]  # started, ended
 
     def wake(self, worker: str | None = None) -> None:
         """Have ``worker``'s loop (every loop: None) claim now instead of at its next poll."""

@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from dbworker import bounds
+
 
 def _number(value: object, name: str, *, minimum: float, strict: bool = False) -> float:
     ok = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
@@ -28,7 +30,8 @@ class Retry:
     exception that is an instance of a class in ``on``, the handler process dying, or a
     timeout. While attempts remain the item waits ``delay * backoff ** (attempt - 1)``
     seconds, at most ``max_delay``, then +- ``jitter`` as a fraction of that, on the
-    database's clock; then it is claimable again. Bad arguments raise ``ValueError``.
+    database's clock; then it is claimable again. ``delay`` and ``max_delay`` are at most
+    ``bounds.WAIT`` (10 years). Bad arguments raise ``ValueError``.
     """
 
     max_attempts: int
@@ -42,9 +45,10 @@ class Retry:
         n = self.max_attempts
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"Retry(max_attempts=...) must be an integer >= 1, got {n!r}")
-        _number(self.delay, "delay", minimum=0)
+        bounds.check(n, bounds.ATTEMPTS, field="Retry(max_attempts=...)")
+        bounds.check(_number(self.delay, "delay", minimum=0), bounds.WAIT, field="Retry(delay=...)")
         _number(self.backoff, "backoff", minimum=1)
-        _number(self.max_delay, "max_delay", minimum=0)
+        bounds.check(_number(self.max_delay, "max_delay", minimum=0), bounds.WAIT, field="Retry(max_delay=...)")
         _number(self.jitter, "jitter", minimum=0)
         if self.jitter > 1:
             raise ValueError(f"Retry(jitter=...) is a fraction of the delay, from 0 to 1, got {self.jitter!r}")

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from dbworker import bounds
+
 FIELDS = ("lease_seconds", "poll_seconds", "max_poll_seconds")
 
 
@@ -50,4 +52,6 @@ def settings(lease_seconds: object, poll_seconds: object, max_poll_seconds: obje
     )
     check_order(built.poll_seconds, built.max_poll_seconds, poll_field=names["poll_seconds"],
                 max_field=names["max_poll_seconds"])  # fmt: skip
+    for name in FIELDS:
+        bounds.check(getattr(built, name), bounds.SETTING, field=names[name])
     return built

@@ -6,6 +6,7 @@ it never commits (the caller does).
 
 from __future__ import annotations
 
+import pickle
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -14,11 +15,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from dbworker import bounds
 from dbworker.contract import Eligible, ExecutionStatus, Handler
 from dbworker.retries import Retry
 from dbworker.schedules import ticks
 from dbworker.schedules.policy import Schedule
-from dbworker.sql import attempts, pauses, status, tables, upgrade
+from dbworker.sql import attempts, names, pauses, status, tables, upgrade
 from dbworker.sql.due import Due
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
@@ -44,7 +46,27 @@ class RegisteredWorker:
 def check_name(name: object) -> str:
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise ValueError(f"worker name {name!r} is invalid: use lower-case letters, digits and _, starting with a letter ([a-z][a-z0-9_]*)")
+    names.check_worker_name_length(name)
     return name
+
+
+def check_handler(name: str, handler: object) -> None:
+    """``ValueError`` for a handler that cannot reach handler processes: not callable, or not
+    picklable (a lambda, a function defined inside another, a method of an unpicklable object).
+
+    Checked at registration, so the error comes where the handler is written, not at start().
+    """
+    if not callable(handler):
+        raise ValueError(f"worker {name!r}: the handler must be a function, got {handler!r}")
+    try:
+        pickle.dumps(handler)
+    except Exception as exc:  # noqa: BLE001 - whatever pickle raises, the handler cannot go
+        what = getattr(handler, "__qualname__", type(handler).__name__)
+        raise ValueError(
+            f"worker {name!r}: its handler {what} cannot be pickled to handler processes "
+            f"({type(exc).__name__}); define handlers as module-level functions (not lambdas, "
+            "nor functions defined inside another)"
+        ) from None
 
 
 def check_retry(retry: object) -> Retry | None:
@@ -58,12 +80,14 @@ def check_timeout(timeout: object) -> float | None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < float("inf"):
         raise ValueError(f"timeout must be None or a positive number of seconds, got {timeout!r}")
+    bounds.check(timeout, bounds.WAIT, field="timeout")
     return float(timeout)
 
 
 def check_concurrency(concurrency: object, *, field: str = "concurrency") -> int:
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise ValueError(f"{field} must be an integer >= 1, got {concurrency!r}")
+    bounds.check(concurrency, bounds.CONCURRENCY, field=field)
     return concurrency
 
 
@@ -184,4 +208,4 @@ class WorkerViews(Mapping[str, WorkerView]):
         return len(self._registry)
 
 
-__all__ = ["RegisteredWorker", "WorkerView", "WorkerViews", "check_concurrency", "check_name", "tables"]
+__all__ = ["RegisteredWorker", "WorkerView", "WorkerViews", "check_concurrency", "check_handler", "check_name", "tables"]

@@ -1,15 +1,17 @@
 """Liveness and readiness of a worker process, as pure functions of loop heartbeats.
 
 ``liveness()`` and ``readiness()`` decide from a ``Snapshot``; ``HealthTracker`` is the
-observer that records heartbeats, ended loops and draining to produce one. Serving the
-verdicts is ``httpserver``'s job.
+observer that records heartbeats, ended loops and draining to produce one, and asks the
+coordinator which of its threads (loops, lease keeper) are no longer running, whatever ended
+them: a thread killed by an error that never reached an observer still turns health red.
+Serving the verdicts is ``httpserver``'s job.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from dbworker import observe
@@ -32,6 +34,7 @@ class Snapshot:
     heartbeats: Mapping[str, float] = field(default_factory=dict)  # worker -> last round trip
     ended: frozenset[str] = frozenset()  # loops whose thread has ended
     draining: bool = False
+    dead_threads: tuple[str, ...] = ()  # the coordinator's threads found not running (their names)
 
 
 def liveness_bound(*, lease_seconds: float, max_poll_seconds: float) -> float:
@@ -55,7 +58,7 @@ def liveness(snapshot: Snapshot, *, now: float, bound: float) -> Verdict:
     if snapshot.draining:
         # Loops end on purpose while draining; a restart now would only cut handlers short.
         return Verdict(True, "draining")
-    problems: list[str] = []
+    problems: list[str] = [f"{thread} is no longer running" for thread in snapshot.dead_threads]
     for worker in snapshot.workers:
         if worker in snapshot.ended:
             problems.append(f"loop of worker {worker!r} ended")
@@ -83,6 +86,8 @@ def readiness(snapshot: Snapshot) -> Verdict:
         return Verdict(False, "not started")
     if snapshot.draining:
         return Verdict(False, "draining")
+    if snapshot.dead_threads:
+        return Verdict(False, "not running: " + ", ".join(snapshot.dead_threads))
     ended = [w for w in snapshot.workers if w in snapshot.ended]
     if ended:
         return Verdict(False, "loop ended: " + ", ".join(ended))
@@ -95,7 +100,10 @@ def readiness(snapshot: Snapshot) -> Verdict:
 class HealthTracker(observe.Observer):
     """Records the events health depends on; ``snapshot()`` freezes them for the rules."""
 
-    def __init__(self) -> None:
+    def __init__(self, dead_threads: Callable[[], Iterable[str]] | None = None) -> None:
+        """``dead_threads``: the coordinator's ``dead_threads`` (names of its threads that
+        ended while it runs), read at every snapshot."""
+        self._dead_threads = dead_threads
         self._lock = threading.Lock()
         self._workers: tuple[str, ...] = ()
         self._started_at: float | None = None
@@ -128,6 +136,7 @@ class HealthTracker(observe.Observer):
             self._draining = draining
 
     def snapshot(self) -> Snapshot:
+        dead = tuple(self._dead_threads()) if self._dead_threads is not None else ()
         with self._lock:
             return Snapshot(
                 workers=self._workers,
@@ -135,4 +144,5 @@ class HealthTracker(observe.Observer):
                 heartbeats=dict(self._heartbeats),
                 ended=frozenset(self._ended),
                 draining=self._draining,
+                dead_threads=dead,
             )

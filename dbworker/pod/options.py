@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from dbworker import settings
+from dbworker import bounds, settings
 from dbworker.console import tokens
 from dbworker.pod import termination
 
@@ -31,6 +31,7 @@ class Option:
     commands: tuple[str, ...]
     default: Any = None
     minimum: float | None = None
+    maximum: bounds.Bound | None = None  # an upper bound of bounds.py, checked with its message
     positive: bool = False
     choices: tuple[str, ...] = ()
     metavar: str | None = None
@@ -51,12 +52,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("--concurrency", "pairs", "handler processes for worker NAME, overriding the code (repeatable; the variable takes a=2,b=3)", ("run",), metavar="NAME=N"),
     Option("--metrics-port", "int", "port for /metrics, /healthz and /readyz; 0 turns the HTTP server off", ("run",), default=9100, minimum=0, metavar="PORT"),
     Option("--metrics-host", "str", "address the HTTP server listens on", ("run",), default="0.0.0.0", metavar="HOST"),
-    Option("--drain-seconds", "float", "after SIGTERM/SIGINT, how long running handlers may finish before they are ended and their claims released", ("run",), default=25.0, minimum=0, metavar="SECONDS"),
+    Option("--drain-seconds", "float", "after SIGTERM/SIGINT, how long running handlers may finish before they are ended and their claims released", ("run",), default=25.0, minimum=0, maximum=bounds.SETTING, metavar="SECONDS"),
     Option("--create-tables", "bool", "create or upgrade the work tables before starting (like `dbworker migrate`)", ("run",), default=False),
-    Option("--lease-seconds", "float", "claim lease, overriding the code", ("run",), positive=True, metavar="SECONDS"),
-    Option("--poll-seconds", "float", "first wait after finding nothing claimable, overriding the code", ("run",), positive=True, metavar="SECONDS"),
-    Option("--max-poll-seconds", "float", "longest wait between polls, overriding the code", ("run",), positive=True, metavar="SECONDS"),
-    Option("--backlog-seconds", "float", "how often dbworker_backlog is sampled; 0 turns sampling off", ("run",), default=15.0, minimum=0, metavar="SECONDS"),
+    Option("--lease-seconds", "float", "claim lease, overriding the code", ("run",), positive=True, maximum=bounds.SETTING, metavar="SECONDS"),
+    Option("--poll-seconds", "float", "first wait after finding nothing claimable, overriding the code", ("run",), positive=True, maximum=bounds.SETTING, metavar="SECONDS"),
+    Option("--max-poll-seconds", "float", "longest wait between polls, overriding the code", ("run",), positive=True, maximum=bounds.SETTING, metavar="SECONDS"),
+    Option("--backlog-seconds", "float", "how often dbworker_backlog is sampled; 0 turns sampling off", ("run",), default=15.0, minimum=0, maximum=bounds.SETTING, metavar="SECONDS"),
     Option("--no-wakeup-triggers", "bool", "leave the wake-up triggers off each source table, removing any there (they are installed by default, so new and changed rows wake workers at once instead of at their next poll)", ("migrate", "run"), default=False),
     Option("--notify-triggers", "bool", "install the wake-up triggers (the default; kept for scripts written for 0.1)", ("migrate",), default=False),
     Option("--failed", "bool", "also list failed items with their errors", ("inspect",), default=False),
@@ -262,6 +263,8 @@ def _convert(opt: Option, raw: Any, where: str) -> Any:
         raise termination.CommandError(f"{where} must be greater than 0, got {text}")
     if opt.minimum is not None and number < opt.minimum:
         raise termination.CommandError(f"{where} must be at least {show(opt.minimum)}, got {text}")
+    if opt.maximum is not None and bounds.exceeds(number, opt.maximum):
+        raise termination.CommandError(bounds.message(where, text, opt.maximum))
     if opt.flag == "--port" and number > 65535:
         raise termination.CommandError(f"{where} {text} is not a port; use 1-65535")
     if opt.flag == "--metrics-port" and number > 65535:
@@ -284,6 +287,8 @@ def _pairs(parts: list[str], where: str) -> dict[str, int]:
             raise termination.CommandError(
                 f"malformed {where} {part!r}; expected NAME=N with N >= 1, e.g. {_example(where, 'hash=4')}"
             )
+        if bounds.exceeds(n, bounds.CONCURRENCY):
+            raise termination.CommandError(bounds.message(f"{where} {name}", n, bounds.CONCURRENCY))
         result[name] = n
     return result
 

@@ -37,7 +37,7 @@ def command(
     metrics.disable_created_series()
     worker_metrics = metrics.WorkerMetrics(registry, version=_version())
     worker_metrics.touch(workers, slots=slots)
-    tracker = health.HealthTracker()
+    tracker = health.HealthTracker(coordinator.dead_threads)
     coordinator.add_observer(worker_metrics)
     coordinator.add_observer(tracker)
     bound = health.liveness_bound(

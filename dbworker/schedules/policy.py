@@ -15,6 +15,8 @@ from typing import Protocol
 
 import cronsim
 
+from dbworker import bounds
+
 # A due time that no coordinator reached within this many seconds of it (all were stopped,
 # or the database was down) is missed: ``catch_up`` says how many of those still run.
 ON_TIME_SECONDS = 1.0
@@ -113,6 +115,7 @@ def schedule(
         raise ValueError(
             f"periodic {name!r}: retention must be a positive number of seconds or a timedelta, got {retention!r}"
         )
+    bounds.check(kept, bounds.WAIT, field=f"periodic {name!r}: retention")
     policy: Every | Cron
     if every is not None:
         seconds = _seconds(every)
@@ -121,6 +124,7 @@ def schedule(
                 f"periodic {name!r}: every must be a positive number of seconds or a timedelta "
                 f"(e.g. every=30), got {every!r}"
             )
+        bounds.check(seconds, bounds.WAIT, field=f"periodic {name!r}: every")
         if timezone != "UTC":
             raise ValueError(
                 f"periodic {name!r}: timezone applies to cron= only (every= counts from the "

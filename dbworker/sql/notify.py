@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from dbworker.sql import changes
+from dbworker.sql import changes, names
 
 # Payloads on the ``dbworker`` channel:
 # - ``rows:<table> <keys>``: sent once per inserting or updating statement by the opt-in
@@ -60,7 +60,7 @@ def trigger_statements(conn: sa.Connection, table: sa.Table) -> list[str]:
     prep = conn.dialect.identifier_preparer
     quoted = prep.format_table(table)
     [key] = list(table.primary_key.columns)
-    function = prep.quote(f"{FUNCTION}_{table.name}")
+    function = prep.quote(names.identifier(f"{FUNCTION}_{table.name}"))
     if table.schema:
         function = f"{prep.quote_schema(table.schema)}.{function}"
     rows = prep.quote(_TRANSITION_TABLE)
@@ -179,7 +179,7 @@ def drop_triggers(conn: sa.Connection, tables: Iterable[sa.Table]) -> list[str]:
         ).scalar_one()
         for trigger in (TRIGGER, f"{TRIGGER}_update"):
             conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {prep.quote(trigger)} ON {prep.format_table(table)}")
-        function = prep.quote(f"{FUNCTION}_{table.name}")
+        function = prep.quote(names.identifier(f"{FUNCTION}_{table.name}"))
         if table.schema:
             function = f"{prep.quote_schema(table.schema)}.{function}"
         conn.exec_driver_sql(f"DROP FUNCTION IF EXISTS {function}()")

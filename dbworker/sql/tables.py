@@ -5,6 +5,11 @@ layout is 0.0.1's plus an index on ``execution_status`` and the lifecycle column
 (``attempts``, ``not_before`` with its index, ``traceback``, ``claimed_by``,
 ``ended_at``); ``upgrade.py`` brings older
 databases to it.
+
+Deleting a source row takes its work records with it: the foreign key is ``ON DELETE
+CASCADE``, and on SQLite, whose foreign keys are off unless each connection turns them on, an
+``AFTER DELETE`` trigger on the source (``cascade_trigger_name``) does the same whatever the
+connection's setting.
 """
 
 from __future__ import annotations
@@ -14,7 +19,10 @@ from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Mapper
+
+from dbworker.sql import names
 
 STATUS_LENGTH = 16
 TOKEN_LENGTH = 36
@@ -86,7 +94,7 @@ def table_name(worker: str) -> str:
 
 
 def status_index_name(worker: str) -> str:
-    return f"ix_{table_name(worker)}_execution_status"
+    return names.identifier(f"ix_{table_name(worker)}_execution_status")
 
 
 # MySQL/MariaDB's DATETIME keeps whole seconds unless asked: a 0.6 s delay would end early.
@@ -94,7 +102,7 @@ MICROSECONDS = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "maria
 
 
 def not_before_index_name(worker: str) -> str:
-    return f"ix_{table_name(worker)}_not_before"
+    return names.identifier(f"ix_{table_name(worker)}_not_before")
 
 
 # Columns added after 0.0.1, in the order the upgrade adds them (each with a server default
@@ -119,12 +127,15 @@ def work_table(worker: str, source: Any) -> sa.Table:
                 f"worker {worker!r}'s work table over {source.__name__}; choose another worker name"
             )
         return existing
-    return sa.Table(
+    table = sa.Table(
         name,
         metadata,
-        sa.Column("source_id", key.type, sa.ForeignKey(key), primary_key=True, autoincrement=False),
+        sa.Column(
+            "source_id", key.type, sa.ForeignKey(key, ondelete="CASCADE"), primary_key=True, autoincrement=False
+        ),
         sa.Column("execution_status", sa.String(STATUS_LENGTH), nullable=False),
         sa.Column("claim_token", sa.String(TOKEN_LENGTH), nullable=True),
+        # index=True: named by the MetaData's convention (SQLAlchemy cuts a long one with a hash).
         sa.Column("lease_expires_at", sa.DateTime(), nullable=True, index=True),
         sa.Column("error", sa.Text(), nullable=True),
         # Invocations of the current step (see sql/attempts.py); 0 before the first claim.
@@ -139,4 +150,43 @@ def work_table(worker: str, source: Any) -> sa.Table:
         sa.Index(status_index_name(worker), "execution_status"),
         sa.Index(not_before_index_name(worker), "not_before"),
         info={"dbworker_source": key.table},
+    )
+    sa.event.listen(table, "after_create", _create_cascade_trigger)
+    sa.event.listen(table, "before_drop", _drop_cascade_trigger)
+    return table
+
+
+def _create_cascade_trigger(table: sa.Table, conn: Connection, **_: Any) -> None:
+    if conn.dialect.name == "sqlite":
+        conn.exec_driver_sql(cascade_trigger_ddl(table))
+
+
+def _drop_cascade_trigger(table: sa.Table, conn: Connection, **_: Any) -> None:
+    # A trigger left behind would fail every later DELETE on the source ("no such table").
+    if conn.dialect.name == "sqlite":
+        conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {_quote(cascade_trigger_name(table.name))}")
+
+
+def cascade_trigger_name(work_table_name: str) -> str:
+    """SQLite: the trigger on the source that deletes a deleted row's work record."""
+    return f"dbworker_delete_{work_table_name}"
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def cascade_trigger_ddl(table: sa.Table) -> str:
+    """SQLite: ``CREATE TRIGGER`` deleting ``table``'s record of each deleted source row.
+
+    A foreign key's ``ON DELETE CASCADE`` acts only on connections that turned foreign keys
+    on (``PRAGMA foreign_keys``); this acts on every one, and on tables created before the
+    cascade (SQLite cannot alter a foreign key). With both, the cascade deletes first and the
+    trigger finds nothing: the key's ``NO ACTION`` check comes at the statement's end, after it.
+    """
+    key = next(iter(table.c.source_id.foreign_keys)).column
+    return (
+        f"CREATE TRIGGER IF NOT EXISTS {_quote(cascade_trigger_name(table.name))} "
+        f"AFTER DELETE ON {_quote(key.table.name)} FOR EACH ROW BEGIN "
+        f"DELETE FROM {_quote(table.name)} WHERE source_id = OLD.{_quote(key.name)}; END"
     )

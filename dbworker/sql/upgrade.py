@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dbworker.sql import dialects
+from dbworker.sql import dialects, tables
 from dbworker.sql.tables import ADDED_COLUMNS
 
 log = logging.getLogger("dbworker")
@@ -104,7 +104,66 @@ def _next_step(conn: Connection, table: sa.Table) -> str | None:
         if tuple(c.name for c in index.columns) not in present:
             index.create(conn)
             return f"added index {index.name}"
+    if _is_work_table(table) and not _cascades(conn, table):
+        _add_cascade(conn, table)
+        return f"added ON DELETE CASCADE on {table.name}"
     return None
+
+
+def _is_work_table(table: sa.Table) -> bool:
+    return "dbworker_source" in table.info
+
+
+def _cascades(conn: Connection, table: sa.Table) -> bool:
+    """Whether deleting a source row deletes its record in work table ``table``: on SQLite
+    the delete trigger (``tables.cascade_trigger_ddl``) exists, elsewhere the foreign key on
+    ``source_id`` is ``ON DELETE CASCADE``."""
+    if conn.dialect.name == "sqlite":
+        name = tables.cascade_trigger_name(table.name)
+        found = conn.execute(
+            sa.text("SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = :name"), {"name": name}
+        ).first()
+        return found is not None
+    return any(
+        str((fk.get("options") or {}).get("ondelete") or "").upper() == "CASCADE"
+        for fk in _source_keys(conn, table)
+    )
+
+
+def _source_keys(conn: Connection, table: sa.Table) -> list[Any]:
+    return [
+        fk for fk in sa.inspect(conn).get_foreign_keys(table.name, schema=table.schema)
+        if list(fk["constrained_columns"]) == ["source_id"]
+    ]  # fmt: skip
+
+
+def _add_cascade(conn: Connection, table: sa.Table) -> None:
+    """Make deletes of source rows take ``table``'s records with them (a 0.0.1 or 0.1.0 table).
+
+    SQLite cannot alter a foreign key: it gets the delete trigger, which fresh tables have too.
+    PostgreSQL replaces the key in one ``ALTER TABLE`` (atomic, in the step's transaction);
+    MySQL/MariaDB drops it and adds it again in two (their DDL commits by itself; a step
+    interrupted between them finds no key and adds it).
+    """
+    if conn.dialect.name == "sqlite":
+        conn.exec_driver_sql(tables.cascade_trigger_ddl(table))
+        return
+    prep = conn.dialect.identifier_preparer
+    key = next(iter(table.c.source_id.foreign_keys)).column
+    names = [str(fk["name"]) for fk in _source_keys(conn, table) if fk.get("name")]
+    target = f"{prep.format_table(table)}"
+    constraint = f"CONSTRAINT {prep.quote(names[0])} " if names else ""
+    add = (
+        f"ADD {constraint}FOREIGN KEY (source_id) REFERENCES {prep.format_table(key.table)} "
+        f"({prep.quote(key.name)}) ON DELETE CASCADE"
+    )
+    if conn.dialect.name == "postgresql":
+        drops = "".join(f"DROP CONSTRAINT {prep.quote(n)}, " for n in names)
+        conn.exec_driver_sql(f"ALTER TABLE {target} {drops}{add}")
+        return
+    for name in names:
+        conn.exec_driver_sql(f"ALTER TABLE {target} DROP FOREIGN KEY {prep.quote(name)}")
+    conn.exec_driver_sql(f"ALTER TABLE {target} {add}")
 
 
 def ensure(engine: Engine, tables: Iterable[sa.Table]) -> list[str]:
@@ -113,7 +172,8 @@ def ensure(engine: Engine, tables: Iterable[sa.Table]) -> list[str]:
     The steps, in order: 1. create the work tables that do not exist (with every column and
     index of the current layout); 2. add the columns a table lacks (``tables.ADDED_COLUMNS``:
     0.2.0's lifecycle columns); 3. add the indexes it lacks (0.1.0's ``execution_status``
-    index on tables created by 0.0.1, 0.2.0's ``not_before`` index).
+    index on tables created by 0.0.1, 0.2.0's ``not_before`` index); 4. make deletes of
+    source rows take the work records with them (``ON DELETE CASCADE``, on SQLite a trigger).
 
     Transient errors and lost races (another process created the same thing first) are
     retried; the end state is checked, so every concurrent caller succeeds.
@@ -143,8 +203,10 @@ def current(engine: Engine, table: sa.Table) -> bool:
         if not _has_table(conn, table):
             return False
         present = _indexes(conn, table)
-        return set(ADDED_COLUMNS) <= _columns(conn, table) and all(
-            tuple(c.name for c in ix.columns) in present for ix in table.indexes
+        return (
+            set(ADDED_COLUMNS) <= _columns(conn, table)
+            and all(tuple(c.name for c in ix.columns) in present for ix in table.indexes)
+            and (not _is_work_table(table) or _cascades(conn, table))
         )
 
 

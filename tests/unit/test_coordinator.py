@@ -135,15 +135,17 @@ def _local_handler_coordinator(tmp_path: Any, **kwargs: Any) -> Coordinator:
     return Coordinator(sessionmaker(sa.create_engine(url)), database_url=url, **kwargs)
 
 
-def test_unpicklable_handler_is_refused_at_start(tmp_path: Any) -> None:
+def test_unpicklable_handler_is_refused_at_registration(tmp_path: Any) -> None:
     c = _local_handler_coordinator(tmp_path)
 
     def local(source: Any, session: Any) -> Finished:
         return Finished()
 
-    c.transactional_worker(name="items", source=basic.Item)(local)
-    with pytest.raises(ValueError, match="pickled"):
-        c.start()
+    for handler in (local, lambda source, session: Finished()):
+        for register in (c.transactional_worker(name="items", source=basic.Item), c.periodic(name="p", every=60)):
+            with pytest.raises(ValueError, match=r"worker '(items|p)': its handler .*(local|lambda).* cannot be pickled.*module-level"):
+                register(handler)
+    assert c.registrations() == []
 
 
 def test_unpicklable_engine_options_are_refused_at_start(tmp_path: Any) -> None:

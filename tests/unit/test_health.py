@@ -104,3 +104,21 @@ def test_tracker_takes_workers_from_coordinator_started_if_not_told() -> None:
     t.coordinator_started(dialect="sqlite", slots={"a": 1, "b": 2})
     s = t.snapshot()
     assert s.workers == ("a", "b") and s.started_at is not None
+
+
+def test_a_dead_thread_is_red_whatever_the_heartbeats_say() -> None:
+    fresh = {"hash": T0 + 99, "compare": T0 + 99}
+    v = health.liveness(snap(heartbeats=fresh, dead_threads=("lease keeper",)), now=T0 + 100, bound=BOUND)
+    assert v == health.Verdict(False, "lease keeper is no longer running")
+    r = health.readiness(snap(heartbeats=fresh, dead_threads=("lease keeper", "loop of worker 'hash'")))
+    assert r == health.Verdict(False, "not running: lease keeper, loop of worker 'hash'")
+    # Draining: threads end on purpose.
+    assert health.liveness(snap(draining=True, dead_threads=("lease keeper",)), now=T0, bound=BOUND).ok
+
+
+def test_tracker_asks_for_dead_threads_at_every_snapshot() -> None:
+    dead: list[str] = []
+    tracker = health.HealthTracker(lambda: dead)
+    assert tracker.snapshot().dead_threads == ()
+    dead.append("lease keeper")
+    assert tracker.snapshot().dead_threads == ("lease keeper",)
