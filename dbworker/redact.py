@@ -71,14 +71,17 @@ def printable(text: str) -> str:
 
 def url_secrets(url: str | URL) -> tuple[str, ...]:
     """The secret parts of ``url`` worth masking wherever they might be echoed: its password
-    as written and decoded, read to the last ``@`` before the host."""
+    as written and decoded, read to the last ``@`` before the host, and the pieces between
+    its unencoded ``@`` (short ones are masked only as words of their own)."""
     raw = url.render_as_string(hide_password=False) if isinstance(url, URL) else str(url)
     found: list[str] = []
     for token in _TOKEN.findall(raw):
         span = _password_span(token, 0, token.rfind("@"), cut=False)
         if span is not None:
             written = token[span[0] : span[1]]
-            found += [unquote(written), written]
+            # Its pieces too: a parser that stops at the first "@" calls the rest a host name
+            # and echoes it in its errors ('could not resolve host "ss@db"').
+            found += [unquote(written), written, *written.split("@")]
     return tuple(s for s in dict.fromkeys(found) if s)
 
 

@@ -56,7 +56,8 @@ def test_an_unencoded_at_in_a_password_is_masked_whole_and_other_words_stay() ->
     url = "postgresql://app:P@ss@db:5432/prod"
     assert redact.safe_url(url) == "postgresql://app:***@db:5432/prod"
     assert redact.safe_url(make_url(url)) == "postgresql://app:***@db:5432/prod"
-    assert redact.url_secrets(url) == ("P@ss",)
+    assert redact.url_secrets(url) == ("P@ss", "P", "ss")  # whole, and the pieces a parser may echo
+    assert redact.redact("could not resolve host 'ss@db'", redact.url_secrets(url)) == "could not resolve host '***@db'"
     line = redact.redact(f"OperationalError: cannot reach {url}", redact.url_secrets(url))
     assert line == "OperationalError: cannot reach postgresql://app:***@db:5432/prod"
     # A short password is masked where it stands alone, never inside other words.
