@@ -4,7 +4,7 @@
 ``/static/`` needs a signed-in caller (a session cookie, or a Bearer token for the API);
 without tokens every caller is ``local`` and gets a session at once, but only on a request
 naming a loopback host (DNS rebinding). Every response carries the security headers
-(``SECURITY_HEADERS``: a CSP that also forbids framing, no MIME sniffing, no referrer) and
+(``SECURITY_HEADERS``: a CSP that also forbids framing, no MIME sniffing, no referrer to other sites) and
 all but the static files ``Cache-Control: no-store`` (pages show source rows). Errors become
 a page or ``{"detail": ...}``; database errors are masked with the Coordinator's secrets.
 """
@@ -36,7 +36,9 @@ SECURITY_HEADERS = {
         "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # same-origin, not no-referrer: with no-referrer browsers send "Origin: null" on form posts,
+    # which the cross-site check (auth.same_site) must refuse.
+    "Referrer-Policy": "same-origin",
     "X-Frame-Options": "DENY",
 }
 
