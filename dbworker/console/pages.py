@@ -3,8 +3,9 @@
 Reads: the overview, a worker's items, one item, the confirmation of Retry all, the API
 page. Actions are POSTed forms carrying the session's CSRF value; each redirects back to
 the page it came from with a short outcome code (``?done=``), so reloading never repeats it.
-An item's key travels in its URL percent-encoded whole (``/`` included: the ``key_url``
-filter), so any key, slashes, spaces and any Unicode, can be opened and acted on.
+An item's key travels in its URL percent-encoded whole (``/`` included: ``item_url``), so
+any key, slashes, spaces and any Unicode, can be opened and acted on; the keys ``.`` and
+``..``, which browsers rewrite out of a path, travel as the query ``?item_id=``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,18 @@ from dbworker.console.context import (
 
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))
 TEMPLATES.env.filters["key_url"] = lambda key: quote(str(key), safe="")
+DOT_KEYS = (".", "..")  # path segments that URLs resolve away, however they are encoded
+
+
+def item_url(worker: str, key: Any, action: str = "") -> str:
+    """The page of ``worker``'s item ``key`` (with ``action``: its form's target)."""
+    text, tail = str(key), f"/{action}" if action else ""
+    if text in DOT_KEYS:
+        return f"/workers/{worker}/item{tail}?{urlencode({'item_id': text})}"
+    return f"/workers/{worker}/items/{quote(text, safe='')}{tail}"
+
+
+TEMPLATES.env.globals["item_url"] = item_url
 router = APIRouter(include_in_schema=False)
 
 # What each outcome code of a redirect says (codes, not text, travel in the URL).
@@ -79,6 +92,7 @@ def worker_page(request: Request, worker: str, status: str = "", before: str = "
 
 
 @router.get("/workers/{worker}/items/{item_id:path}")
+@router.get("/workers/{worker}/item")  # ?item_id=: any key, "." and ".." included
 def item_page(request: Request, worker: str, item_id: str) -> Response:
     console = console_of(request)
     name = worker_or_404(console, worker)
@@ -95,6 +109,7 @@ def confirm_retry_all(request: Request, worker: str) -> Response:
 
 
 @router.post("/workers/{worker}/items/{item_id:path}/retry")
+@router.post("/workers/{worker}/item/retry")
 def retry(request: Request, worker: str, item_id: str, csrf: CsrfField = "", back: BackField = "") -> Response:
     console, name = _acting(request, worker, csrf)
     done = actions.retry(console.coordinator, name, key_or_400(console, name, item_id), who=who_of(request).name)
@@ -102,6 +117,7 @@ def retry(request: Request, worker: str, item_id: str, csrf: CsrfField = "", bac
 
 
 @router.post("/workers/{worker}/items/{item_id:path}/cancel")
+@router.post("/workers/{worker}/item/cancel")
 def cancel(request: Request, worker: str, item_id: str, csrf: CsrfField = "", back: BackField = "") -> Response:
     console, name = _acting(request, worker, csrf)
     done = actions.cancel(console.coordinator, name, key_or_400(console, name, item_id), who=who_of(request).name)

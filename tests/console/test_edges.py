@@ -7,6 +7,7 @@ out of range or not written plainly, and a large source column.
 from __future__ import annotations
 
 import dataclasses
+import html
 import time
 from collections.abc import Iterator
 from urllib.parse import quote
@@ -18,7 +19,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 from starlette.testclient import TestClient
 
 from dbworker import Coordinator, ExecutionStatus, Finished, Outcome
-from dbworker.console import app, auth
+from dbworker.console import app, auth, pages
 from tests.acceptance.conftest import AppDb
 from tests.conftest import Database
 from tests.console.conftest import TOKENS, ClientFactory, csrf_of
@@ -35,6 +36,9 @@ KEYS = [
     "100%",
     "q?x#y",
     "1",
+    ".",
+    "..",
+    "a/..",
 ]  # (Starlette's TestClient decodes %25 twice: no "%2F" text here)
 
 
@@ -87,27 +91,28 @@ def test_every_key_can_be_opened_retried_and_cancelled(notes: Coordinator) -> No
     listing = client.get("/workers/notes").text
     auth_header = {"Authorization": f"Bearer {SECRET}"}
     for key in KEYS:
-        path = f"/workers/notes/items/{quote(key, safe='')}"
-        assert path in listing, key  # the worker page links each item by its whole key
+        path = pages.item_url("notes", key)
+        assert f'href="{html.escape(path)}"' in listing, key  # the worker page links each item by its whole key
         page = client.get(path)
         assert page.status_code == 200, (key, page.text[:300])
         assert "body of" in page.text
         assert client.get(f"/api{path}", headers=auth_header).json()["id"] == key
         done = client.post(
-            f"{path}/retry", data={"csrf": csrf_of(page.text), "back": path}, follow_redirects=False
+            pages.item_url("notes", key, "retry"), data={"csrf": csrf_of(page.text), "back": path}, follow_redirects=False
         )
         assert done.status_code == 303 and "done=retried" in done.headers["location"], key
         assert _status(notes, key) is ExecutionStatus.UNFINISHED  # reset: claimed again
         back = client.get(done.headers["location"])
         assert back.status_code == 200, key
         gone = client.post(
-            f"{path}/cancel",
+            pages.item_url("notes", key, "cancel"),
             data={"csrf": csrf_of(back.text), "back": path},
             follow_redirects=False,
         )
         assert gone.status_code == 303 and "done=cancelled" in gone.headers["location"], key
         assert _status(notes, key) is ExecutionStatus.FAILED
-        assert client.post(f"/api{path}/retry", headers=auth_header).json() == {"retried": True}
+        retried = client.post(f"/api{pages.item_url('notes', key, 'retry')}", headers=auth_header)
+        assert retried.json() == {"retried": True}, key
     assert client.get("/workers/notes/items/a").status_code == 404  # "a/b" is not "a"
 
 

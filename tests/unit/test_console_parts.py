@@ -112,7 +112,7 @@ def test_shown_cuts_a_long_value_before_masking_it() -> None:
 
     start = time.perf_counter()
     shown = queries.shown("body", "0123456789abcdef" * 100_000)
-    assert time.perf_counter() - start < 1.0 and shown.endswith("… (1600000 characters)")
+    assert time.perf_counter() - start < 2.0 and shown.endswith("… (1600000 characters)")
     assert len(shown) < queries.LONG_TEXT + 40
     cut_inside = queries.shown("note", "x" * (queries.LONG_TEXT - 20) + " postgresql://u:hunter2hunter2@db/x")
     assert "hunter" not in cut_inside and "postgresql://u:***" in cut_inside

@@ -41,7 +41,7 @@ def test_redact_is_linear_and_bounded_on_texts_of_any_size() -> None:
                  "a:" * (size // 2) + "@", "postgresql://u:" + "p" * size + "@h"):  # fmt: skip
         start = time.perf_counter()
         out = redact.redact(text, ("a-long-secret", "ab"))
-        assert time.perf_counter() - start < 1.0, text[:20]
+        assert time.perf_counter() - start < 2.0, text[:20]
         assert len(out) <= redact.MAX_CHARS and out.endswith(redact.CUT)
     assert redact.redact("short") == "short"
     assert len(redact.describe(RuntimeError("x" * size))) <= redact.MAX_CHARS
