@@ -64,22 +64,26 @@ class _Redacting(logging.Formatter):
 
 
 class _Json(_Redacting):
-    """One JSON object per line: time, level, logger, message, and exception text if any."""
+    """One JSON object per line: time, level, logger, message, and exception text if any.
+
+    Each text is masked (and so bounded) on its own: a cut line would not parse.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         record = self.bounded(record)
+        secrets = self._secrets + masked()
         entry: dict[str, object] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": redact.redact(record.getMessage(), secrets),
         }
         if record.exc_text:
-            entry["exception"] = record.exc_text
+            entry["exception"] = redact.redact(record.exc_text, secrets)
         for key in ("worker", "outcome"):
             if hasattr(record, key):
-                entry[key] = getattr(record, key)
-        return redact.redact(json.dumps(entry, default=str), self._secrets + masked())
+                entry[key] = redact.redact(str(getattr(record, key)), secrets)
+        return json.dumps(entry, default=str)
 
 
 class _Tag(logging.Filter):

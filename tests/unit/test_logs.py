@@ -118,3 +118,6 @@ def test_huge_records_are_cut_before_anything_reads_them(stream: io.StringIO, fm
     assert time.perf_counter() - start < 2.0
     text = stream.getvalue()
     assert len(text) < 3 * redact.MAX_CHARS and "(truncated)" in text
+    if fmt == "json":  # each field is cut on its own: the line still parses
+        entry = json.loads(text)
+        assert entry["message"].endswith(redact.CUT) and entry["exception"].startswith("Traceback")
