@@ -1,11 +1,13 @@
 """The command's logging: text or JSON lines on stderr, passwords masked.
 
 Every record passes through ``redact`` before it is written, so a database URL or a driver
-error quoting one never shows its password. The library itself only logs to ``dbworker.*``
-loggers and configures nothing; the command calls ``setup()``, which also serves the
-application's own loggers when the application configured none, and handler processes
-repeat it (``active()``), so what handlers log reaches the pod's log in the same format,
-tagged with their worker.
+error quoting one never shows its password. A record's message, exception and stack are each
+cut to ``redact.MAX_CHARS`` before anything else reads them, and text lines show terminal
+control characters as escapes (``\\x1b``): a handler's error cannot drive the reader's
+terminal. The library itself only logs to ``dbworker.*`` loggers and configures nothing; the
+command calls ``setup()``, which also serves the application's own loggers when the
+application configured none, and handler processes repeat it (``active()``), so what
+handlers log reaches the pod's log in the same format, tagged with their worker.
 """
 
 from __future__ import annotations
@@ -38,32 +40,50 @@ def masked() -> tuple[str, ...]:
 
 
 class _Redacting(logging.Formatter):
-    """Formats as the base class would, then masks passwords in the whole line."""
+    """Formats as the base class would (each part cut to its bound first), then masks
+    passwords in the whole line and escapes terminal control characters."""
 
     def __init__(self, fmt: str | None, *, secrets: tuple[str, ...]) -> None:
         super().__init__(fmt)
         self._secrets = secrets
 
     def format(self, record: logging.LogRecord) -> str:
-        return redact.redact(super().format(record), self._secrets + masked())
+        return redact.printable(
+            redact.redact(super().format(self.bounded(record)), self._secrets + masked())
+        )
+
+    def bounded(self, record: logging.LogRecord) -> logging.LogRecord:
+        """A copy of ``record`` whose message, exception and stack are each cut to their bound."""
+        copy = logging.makeLogRecord(record.__dict__)
+        copy.msg, copy.args = redact.clip(record.getMessage()), None
+        if record.exc_info and not record.exc_text:
+            copy.exc_text = self.formatException(record.exc_info)
+        copy.exc_text = redact.clip(copy.exc_text) if copy.exc_text else copy.exc_text
+        copy.stack_info = redact.clip(record.stack_info) if record.stack_info else record.stack_info
+        return copy
 
 
 class _Json(_Redacting):
-    """One JSON object per line: time, level, logger, message, and exception text if any."""
+    """One JSON object per line: time, level, logger, message, and exception text if any.
+
+    Each text is masked (and so bounded) on its own: a cut line would not parse.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
+        record = self.bounded(record)
+        secrets = self._secrets + masked()
         entry: dict[str, object] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": redact.redact(record.getMessage(), secrets),
         }
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
+        if record.exc_text:
+            entry["exception"] = redact.redact(record.exc_text, secrets)
         for key in ("worker", "outcome"):
             if hasattr(record, key):
-                entry[key] = getattr(record, key)
-        return redact.redact(json.dumps(entry, default=str), self._secrets + masked())
+                entry[key] = redact.redact(str(getattr(record, key)), secrets)
+        return json.dumps(entry, default=str)
 
 
 class _Tag(logging.Filter):

@@ -43,7 +43,8 @@ def items(
     return {"worker": name, "status": status, "items": rows, "next": after}
 
 
-@router.get("/workers/{worker}/items/{item_id}", summary="One item: its work state and traceback, and its source row")
+@router.get("/workers/{worker}/items/{item_id:path}", summary="One item: its work state and traceback, and its source row")
+@router.get("/workers/{worker}/item", summary="One item by ?item_id= (any key, `.` and `..` included)")
 def item(request: Request, worker: str, item_id: str) -> dict[str, Any]:
     console = console_of(request)
     name = worker_or_404(console, worker)
@@ -54,14 +55,16 @@ def item(request: Request, worker: str, item_id: str) -> dict[str, Any]:
     return found
 
 
-@router.post("/workers/{worker}/items/{item_id}/retry", summary="Reset a failed item so it is claimed again")
+@router.post("/workers/{worker}/items/{item_id:path}/retry", summary="Reset a failed item so it is claimed again")
+@router.post("/workers/{worker}/item/retry", summary="Reset a failed item by ?item_id=")
 def retry(request: Request, worker: str, item_id: str) -> dict[str, Any]:
     console, name = acting_on(request, worker)
     key = key_or_400(console, name, item_id)
     return {"retried": actions.retry(console.coordinator, name, key, who=who_of(request).name)}
 
 
-@router.post("/workers/{worker}/items/{item_id}/cancel", summary="Cancel an item that is not finished or failed")
+@router.post("/workers/{worker}/items/{item_id:path}/cancel", summary="Cancel an item that is not finished or failed")
+@router.post("/workers/{worker}/item/cancel", summary="Cancel an item by ?item_id=")
 def cancel(request: Request, worker: str, item_id: str) -> dict[str, Any]:
     console, name = acting_on(request, worker)
     key = key_or_400(console, name, item_id)

@@ -2,8 +2,11 @@
 
 ``build`` wires it for one Coordinator. Every path but ``/login``, ``/healthz`` and
 ``/static/`` needs a signed-in caller (a session cookie, or a Bearer token for the API);
-without tokens every caller is ``local`` and gets a session at once. Errors become a page
-or ``{"detail": ...}``; database errors are masked with the Coordinator's secrets.
+without tokens every caller is ``local`` and gets a session at once, but only on a request
+naming a loopback host (DNS rebinding). Every response carries the security headers
+(``SECURITY_HEADERS``: a CSP that also forbids framing, no MIME sniffing, no referrer to other sites) and
+all but the static files ``Cache-Control: no-store`` (pages show source rows). Errors become
+a page or ``{"detail": ...}``; database errors are masked with the Coordinator's secrets.
 """
 
 from __future__ import annotations
@@ -27,6 +30,17 @@ from dbworker.console.context import Console
 log = logging.getLogger("dbworker.console")
 
 OPEN_PATHS = ("/login", "/healthz")
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; "
+        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    # same-origin, not no-referrer: with no-referrer browsers send "Origin: null" on form posts,
+    # which the cross-site check (auth.same_site) must refuse.
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+}
 
 
 def build(coordinator: dbworker.Coordinator, *, tokens: dict[str, str], read_only: bool) -> FastAPI:
@@ -74,6 +88,22 @@ def build(coordinator: dbworker.Coordinator, *, tokens: dict[str, str], read_onl
         response = await call_next(request)
         if fresh is not None:
             auth.set_cookie(response, fresh, request)
+        return response
+
+    # Added last, so it runs first: every response (a refusal, a redirect, an error page) has them.
+    @application.middleware("http")
+    async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        if not console.auth.required and request.url.path != "/healthz" and not auth.loopback_host(request):
+            response: Response = PlainTextResponse(
+                "refused: without tokens the console answers requests for a loopback host only "
+                "(localhost, 127.0.0.1, [::1]); give it tokens to serve other names",
+                status_code=421,
+            )
+        else:
+            response = await call_next(request)
+        response.headers.update(SECURITY_HEADERS)
+        if not request.url.path.startswith("/static/"):
+            response.headers["Cache-Control"] = "no-store"
         return response
 
     @application.exception_handler(HTTPException)

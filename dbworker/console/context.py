@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import HTTPException
@@ -10,7 +10,8 @@ from starlette.requests import Request
 
 import dbworker
 from dbworker.console import queries
-from dbworker.console.auth import Auth, Who
+from dbworker.console.auth import Auth, Throttle, Who
+from dbworker.sql import keys
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class Console:
     coordinator: dbworker.Coordinator
     auth: Auth
     read_only: bool
+    throttle: Throttle = field(default_factory=Throttle)  # failed sign-ins per client
 
 
 def console_of(request: Request) -> Console:
@@ -57,7 +59,11 @@ def acting_on(request: Request, worker: str) -> tuple[Console, str]:
 
 
 def key_or_400(console: Console, worker: str, raw: str, *, field: str = "id") -> Any:
+    """``raw`` as a key of ``worker``'s source: 400 when it is not one written plainly, 404 when
+    no item can have it (an integer beyond the column's range)."""
     try:
         return queries.convert_id(console.coordinator, worker, raw)
+    except keys.OutOfRange as exc:
+        raise HTTPException(404, f"{field}: {exc}") from None
     except ValueError as exc:
         raise HTTPException(400, f"{field}: {exc}") from None

@@ -3,13 +3,17 @@
 Reads: the overview, a worker's items, one item, the confirmation of Retry all, the API
 page. Actions are POSTed forms carrying the session's CSRF value; each redirects back to
 the page it came from with a short outcome code (``?done=``), so reloading never repeats it.
+An item's key travels in its URL percent-encoded whole (``/`` included: ``item_url``), so
+any key, slashes, spaces and any Unicode, can be opened and acted on; the keys ``.`` and
+``..``, which browsers rewrite out of a path, travel as the query ``?item_id=``.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
@@ -26,6 +30,19 @@ from dbworker.console.context import (
 )
 
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))
+TEMPLATES.env.filters["key_url"] = lambda key: quote(str(key), safe="")
+DOT_KEYS = (".", "..")  # path segments that URLs resolve away, however they are encoded
+
+
+def item_url(worker: str, key: Any, action: str = "") -> str:
+    """The page of ``worker``'s item ``key`` (with ``action``: its form's target)."""
+    text, tail = str(key), f"/{action}" if action else ""
+    if text in DOT_KEYS:
+        return f"/workers/{worker}/item{tail}?{urlencode({'item_id': text})}"
+    return f"/workers/{worker}/items/{quote(text, safe='')}{tail}"
+
+
+TEMPLATES.env.globals["item_url"] = item_url
 router = APIRouter(include_in_schema=False)
 
 # What each outcome code of a redirect says (codes, not text, travel in the URL).
@@ -66,7 +83,7 @@ def worker_page(request: Request, worker: str, status: str = "", before: str = "
     if status and status not in queries.FILTERS:
         raise HTTPException(400, f"status {status!r} is not one of {', '.join(queries.FILTERS)} (or empty for all)")
     below = key_or_400(console, name, before, field="before") if before else None
-    one = key_or_400(console, name, id) if id.strip() else None
+    one = key_or_400(console, name, id.strip()) if id.strip() else None  # typed in a search box
     rows, after = queries.items(console.coordinator, name, status=status or None, before=below, source_id=one)
     return render(
         request, "worker.html", worker=name, status=status, rows=rows, after=after, search=id,
@@ -74,7 +91,8 @@ def worker_page(request: Request, worker: str, status: str = "", before: str = "
     )  # fmt: skip
 
 
-@router.get("/workers/{worker}/items/{item_id}")
+@router.get("/workers/{worker}/items/{item_id:path}")
+@router.get("/workers/{worker}/item")  # ?item_id=: any key, "." and ".." included
 def item_page(request: Request, worker: str, item_id: str) -> Response:
     console = console_of(request)
     name = worker_or_404(console, worker)
@@ -90,14 +108,16 @@ def confirm_retry_all(request: Request, worker: str) -> Response:
     return render(request, "confirm.html", worker=name, count=queries.counts(console.coordinator, name)["failed"])
 
 
-@router.post("/workers/{worker}/items/{item_id}/retry")
+@router.post("/workers/{worker}/items/{item_id:path}/retry")
+@router.post("/workers/{worker}/item/retry")
 def retry(request: Request, worker: str, item_id: str, csrf: CsrfField = "", back: BackField = "") -> Response:
     console, name = _acting(request, worker, csrf)
     done = actions.retry(console.coordinator, name, key_or_400(console, name, item_id), who=who_of(request).name)
     return _back(back, "retried" if done else "not-failed")
 
 
-@router.post("/workers/{worker}/items/{item_id}/cancel")
+@router.post("/workers/{worker}/items/{item_id:path}/cancel")
+@router.post("/workers/{worker}/item/cancel")
 def cancel(request: Request, worker: str, item_id: str, csrf: CsrfField = "", back: BackField = "") -> Response:
     console, name = _acting(request, worker, csrf)
     done = actions.cancel(console.coordinator, name, key_or_400(console, name, item_id), who=who_of(request).name)
@@ -134,10 +154,20 @@ def login_form(request: Request, next: str = "/") -> Response:
 def login(request: Request, token: Annotated[str, Form()] = "", next: Annotated[str, Form()] = "/") -> Response:
     console = console_of(request)
     target = auth.safe_next(next)
+    client = _client(request)
+    wait = console.throttle.wait(client)
+    if wait > 0:
+        actions.log.warning("console: sign-in refused (too many failed sign-ins) from %s", client)
+        error = f"Too many failed sign-ins from your address: try again in {math.ceil(wait)} seconds."
+        response = render(request, "login.html", 429, next=target, error=error)
+        response.headers["Retry-After"] = str(math.ceil(wait))
+        return response
     name = console.auth.name_of(token.strip()) if token.strip() else None
     if name is None:
-        actions.log.warning("console: sign-in refused (wrong or empty token) from %s", _client(request))
+        console.throttle.failed(client)
+        actions.log.warning("console: sign-in refused (wrong or empty token) from %s", client)
         return render(request, "login.html", 401, next=target, error="That token is not valid. Check it and try again.")
+    console.throttle.succeeded(client)
     _, cookie = console.auth.session(name)
     actions.log.info("console: %s signed in from %s", name, _client(request))
     response = RedirectResponse(target, status_code=303)
@@ -148,6 +178,7 @@ def login(request: Request, token: Annotated[str, Form()] = "", next: Annotated[
 @router.post("/logout")
 def logout(request: Request, csrf: CsrfField = "") -> Response:
     _checked(request, csrf)
+    console_of(request).auth.revoke(who_of(request))  # a copy of the cookie no longer works
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(auth.COOKIE, path="/")
     return response

@@ -20,7 +20,7 @@ from sqlalchemy import orm
 
 import dbworker
 from dbworker import redact
-from dbworker.sql import browse, claimer, pauses, tables
+from dbworker.sql import browse, claimer, keys, pauses
 from dbworker.wakeups import dependencies
 
 PAGE_SIZE = 50
@@ -203,16 +203,19 @@ def shown(name: str, value: Any, secrets: tuple[str, ...] = ()) -> str:
     if value is None:
         return "NULL"
     if isinstance(value, bytes | bytearray | memoryview):
-        return f"<{len(bytes(value))} bytes>"
-    text = redact.redact(str(value), secrets)
-    if len(text) > LONG_TEXT:
-        return f"{text[:LONG_TEXT]}… ({len(text)} characters)"
-    return text
+        return f"<{memoryview(value).nbytes} bytes>"
+    text = str(value)
+    if len(text) <= LONG_TEXT:
+        return redact.redact(text, secrets)
+    # Cut first: only what is shown is masked (a password the cut ends inside too).
+    kept = redact.redact(text, secrets, limit=LONG_TEXT + len(redact.CUT)).removesuffix(redact.CUT)
+    return f"{kept}… ({len(text)} characters)"
 
 
 def convert_id(coordinator: dbworker.Coordinator, worker: str, raw: str) -> Any:
-    """``raw`` (from a URL or a form) as a key of ``worker``'s source; ``ValueError`` naming the type."""
-    return tables.parse_key(raw.strip(), coordinator.workers[worker].source)
+    """``raw`` (from a URL or a form, taken as it is) as a key of ``worker``'s source;
+    ``ValueError`` naming the type, ``keys.OutOfRange`` when no item can have it."""
+    return keys.parse(raw, coordinator.workers[worker].source, coordinator.engine.dialect)
 
 
 def counts(coordinator: dbworker.Coordinator, worker: str) -> dict[str, int]:

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import orm
 
 import dbworker
+from dbworker import redact
 from dbworker.pod import app, termination
 from dbworker.pod import options as opts
 from dbworker.workers import WorkerView
@@ -66,10 +67,11 @@ def inspect(options: opts.Options, coordinator: dbworker.Coordinator) -> int:
     if options["json"]:
         print(json.dumps({"workers": report}, default=str, indent=2))
         return termination.EXIT_OK
-    print(render_table(report))
+    # Errors and keys come from handlers and applications: shown with control characters escaped.
+    print(redact.printable(render_table(report)))
     schedules = render_schedules(report)
     if schedules:
-        print(f"\nschedules:\n{schedules}")
+        print(redact.printable(f"\nschedules:\n{schedules}"))
     for entry in report:
         if "failed" in entry:
             print(
@@ -77,7 +79,7 @@ def inspect(options: opts.Options, coordinator: dbworker.Coordinator) -> int:
                 f"{'+' if len(entry['failed']) >= FAILED_LIMIT else ''}):"
             )
             for item in entry["failed"]:
-                print(f"  {item['id']}: {termination.first_line(item['error'])}")
+                print(redact.printable(f"  {item['id']}: {termination.first_line(item['error'])}"))
     return termination.EXIT_OK
 
 
@@ -218,7 +220,7 @@ def _each_item(
     """
     (name,) = app.select_workers(coordinator, options)
     view = coordinator.workers[name]
-    ids = [app.convert_id(raw, view.source) for raw in options.ids]
+    ids = [app.convert_id(raw, view.source, coordinator.engine.dialect) for raw in options.ids]
     app.ping(coordinator)
     app.require_tables(coordinator, [name], options)
     left: list[Any] = []
@@ -240,5 +242,5 @@ def _each_item(
         ) from None
     print(f"{done.format(count=count)} of worker {name!r}")
     if left:
-        print(f"left alone ({left_alone}): {', '.join(map(str, left))}", file=sys.stderr)
+        print(redact.printable(f"left alone ({left_alone}): {', '.join(map(str, left))}"), file=sys.stderr)
     return termination.EXIT_OK

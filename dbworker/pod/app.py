@@ -14,11 +14,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy.engine import Dialect
+
 import dbworker
 from dbworker import settings
 from dbworker.pod import options as opts
 from dbworker.pod import termination
-from dbworker.sql import pauses, tables, upgrade
+from dbworker.sql import keys, pauses, upgrade
 
 
 def load_app(spec: str) -> dbworker.Coordinator:
@@ -137,10 +139,11 @@ def apply_pooler(coordinator: dbworker.Coordinator, options: opts.Options) -> No
         raise termination.CommandError(f"{', '.join(options.source(k) for k in given)}: {exc}") from None
 
 
-def convert_id(raw: str, source: Any) -> Any:
-    """``raw`` as the type of ``source``'s primary key (int, UUID or text); ``CommandError`` (exit 2)."""
+def convert_id(raw: str, source: Any, dialect: Dialect | None = None) -> Any:
+    """``raw`` as the type of ``source``'s primary key (int, UUID or text) on ``dialect``;
+    ``CommandError`` (exit 2) naming it when it is not one or out of the key's range."""
     try:
-        return tables.parse_key(raw, source)
+        return keys.parse(raw, source, dialect)
     except ValueError as exc:
         raise termination.CommandError(str(exc)) from None
 

@@ -53,12 +53,12 @@ def reason_of(code: int) -> str:
 
 
 def stderr_line(message: str) -> str:
-    """``dbworker: <message>`` on one line, passwords masked."""
+    """``dbworker: <message>`` on one line, passwords masked, control characters escaped."""
     return "dbworker: " + _safe(message)
 
 
 def termination_line(message: str, reason: str) -> str:
-    """``dbworker[<Reason>]: <message>`` on one line, passwords masked."""
+    """``dbworker[<Reason>]: <message>`` on one line, passwords masked, control characters escaped."""
     return f"dbworker[{reason}]: " + _safe(message)
 
 
@@ -94,4 +94,4 @@ def first_line(text: Any) -> str:
 
 
 def _safe(message: str) -> str:
-    return redact.redact(message, logs.masked()).replace("\n", " ")
+    return redact.printable(redact.redact(message, logs.masked()).replace("\n", " "))

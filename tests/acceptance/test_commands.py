@@ -271,3 +271,50 @@ def test_migrate_installs_the_wakeup_triggers_by_default_and_removes_them_when_t
     assert count() == 0
     result = run_command(["migrate", APP, "--no-wakeup-triggers", "--notify-triggers"], database_url=appdb_all.url)
     assert result.returncode == 2 and "contradict" in result.stderr
+
+
+def test_inspect_shows_a_handlers_control_sequences_inert(appdb: AppDb) -> None:
+    """ESC, CSI and other C0/C1 characters from a handler's error never reach the terminal."""
+    appdb.add({"id": 1})
+    appdb.create_worker_tables()
+    table = appdb.coordinator.workers["main"].table
+    hostile = "\x1b]0;owned\x07\x1b[2J\x9b31mRuntimeError: gone\rX"
+    with appdb.db.engine.begin() as conn:
+        conn.execute(sa.insert(table), [{"source_id": 1, "execution_status": "failed", "error": hostile}])
+    r = run_command(["inspect", APP, "--failed", "--worker", "main"], database_url=appdb.url)
+    assert r.returncode == 0, r.stderr
+    assert not any(c in r.stdout for c in "\x1b\x07\x9b\r"), repr(r.stdout)
+    assert "  1: \\x1b]0;owned\\x07\\x1b[2J\\x9b31mRuntimeError: gone" in r.stdout.splitlines()  # its first line
+    as_json = run_command(["inspect", APP, "--json", "--failed"], database_url=appdb.url)
+    assert "\x1b" not in as_json.stdout
+    assert json.loads(as_json.stdout)["workers"][0]["failed"][0]["error"] == hostile  # the data is unchanged
+
+
+@pytest.mark.parametrize("command", ["retry", "cancel"])
+def test_an_id_out_of_the_keys_range_exits_2_naming_it(appdb: AppDb, command: str) -> None:
+    _seed_statuses(appdb)
+    for huge in ("9223372036854775808", "-9223372036854775809", "99999999999999999999999999"):
+        r = run_command([command, APP, "--worker", "main", "1", huge], database_url=appdb.url)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr == f"dbworker: item ID {huge} is out of range of Task's primary key " \
+            f"(-9223372036854775808..9223372036854775807): no item has it\n" or (
+            appdb.backend != "sqlite" and f"item ID {huge} is out of range" in r.stderr), r.stderr  # fmt: skip
+    for odd in ("1_0", "\u0661", "+1", " 1"):
+        r = run_command([command, APP, "--worker", "main", odd], database_url=appdb.url)
+        assert r.returncode == 2 and f"item ID {odd!r} is not an integer" in r.stderr, r.stderr
+    assert str(appdb.state("main", 1)["execution_status"]) == "failed"  # nothing was done
+
+
+def test_a_password_with_an_unencoded_at_is_masked_whole(tmp_path: Path) -> None:
+    """A parser that stops at the first "@" echoes the password's tail as a host name; and the
+    one-letter "password" it read must not be masked inside other words."""
+    term = tmp_path / "termination-log"
+    for password in ("P@ss", "O@pe", "s3cr@t@x"):
+        term.write_text("")
+        url = f"postgresql+psycopg://app:{password}@127.0.0.1:1/x"
+        r = run_command(["migrate", APP], database_url=url, env={"DBWORKER_TERMINATION_LOG": str(term)})
+        assert r.returncode == 3, r.stderr
+        for text in (r.stderr, term.read_text()):
+            assert "OperationalError" in text, text
+            for piece in password.split("@"):
+                assert f"'{piece}@" not in text and f"{piece}@127" not in text, text

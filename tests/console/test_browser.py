@@ -75,6 +75,9 @@ def test_operate_the_workers_from_a_browser(appdb: AppDb, tmp_path: Path, browse
         console = ConsoleProcess(appdb.url, tmp_path)
         context = browser.new_context(viewport={"width": 1400, "height": 800})  # type: ignore[attr-defined]
         page = context.new_page()
+        # The pages (htmx included) live within their Content-Security-Policy.
+        refused: list[str] = []
+        page.on("console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None)
 
         # Without the token: the page sends the browser to sign in; the API refuses.
         page.goto(console.url + "/workers/main")
@@ -126,6 +129,7 @@ def test_operate_the_workers_from_a_browser(appdb: AppDb, tmp_path: Path, browse
         wait_until(lambda: _status(appdb, "main", 4) is ExecutionStatus.FINISHED, timeout=60, what="task 4 after resume")
         for w in workers:
             w.wait_value("dbworker_paused", 0, worker="main")
+        assert not refused, refused
         context.close()
     finally:
         if console is not None:

@@ -6,10 +6,27 @@ import os
 import socket
 
 import pytest
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from dbworker.console import tokens
 from dbworker.pod import options, termination
-from dbworker.sql import claimer, tables
+from dbworker.sql import claimer, keys, tables
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Small(Base):
+    __tablename__ = "small"
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+
+
+class Text(Base):
+    __tablename__ = "text_keys"
+    id: Mapped[str] = mapped_column(sa.String(20), primary_key=True)
 
 
 def test_tokens_named_and_unnamed() -> None:
@@ -83,3 +100,75 @@ def test_redirect_targets_stay_on_the_console() -> None:
     assert auth.safe_next("/workers/a?status=failed") == "/workers/a?status=failed"
     for bad in ("//evil.example", "https://evil.example/", "evil", "/\\evil", None, ""):
         assert auth.safe_next(bad) == "/"
+
+
+def test_shown_cuts_a_long_value_before_masking_it() -> None:
+    """A megabyte column costs what the 300 shown characters cost; a password the cut ends
+    inside stays hidden."""
+    pytest.importorskip("fastapi")
+    import time
+
+    from dbworker.console import queries
+
+    start = time.perf_counter()
+    shown = queries.shown("body", "0123456789abcdef" * 100_000)
+    assert time.perf_counter() - start < 2.0 and shown.endswith("… (1600000 characters)")
+    assert len(shown) < queries.LONG_TEXT + 40
+    cut_inside = queries.shown("note", "x" * (queries.LONG_TEXT - 20) + " postgresql://u:hunter2hunter2@db/x")
+    assert "hunter" not in cut_inside and "postgresql://u:***" in cut_inside
+
+
+def test_keys_refuse_integers_not_written_plainly_and_bound_the_range() -> None:
+    pg, my, lite = postgresql.dialect(), mysql.dialect(), sqlite.dialect()
+    assert keys.parse("-12", Small, pg) == -12 and keys.parse("0", Small, pg) == 0
+    for odd in ("1_0", "\u0661\u0660", "+1", " 1", "1 ", "01", "0x1", "1e1", "", "-", "1\u0660"):
+        with pytest.raises(ValueError, match="is not an integer") as info:
+            keys.parse(odd, Small, pg)
+        assert not isinstance(info.value, keys.OutOfRange)
+    with pytest.raises(keys.OutOfRange, match=r"item ID 2147483648 is out of range"):
+        keys.parse("2147483648", Small, pg)
+    with pytest.raises(keys.OutOfRange):
+        keys.parse("-2147483649", Small, my)
+    assert keys.parse("2147483648", Small, lite) == 2147483648  # SQLite integers are 64-bit
+    with pytest.raises(keys.OutOfRange):
+        keys.parse("9223372036854775808", Small, lite)
+    assert keys.parse(" a/b ✓", Text, pg) == " a/b ✓"  # text keys are taken as they are
+
+
+def test_failed_sign_ins_wait_longer_each_time_and_memory_is_bounded() -> None:
+    pytest.importorskip("fastapi")
+    from dbworker.console import auth
+
+    now = [0.0]
+    throttle = auth.Throttle(clock=lambda: now[0])
+    for _ in range(auth.FREE_FAILURES - 1):
+        throttle.failed("a")
+    assert throttle.wait("a") == 0.0
+    throttle.failed("a")
+    assert throttle.wait("a") == 1.0 and throttle.wait("b") == 0.0
+    throttle.failed("a")
+    assert throttle.wait("a") == 2.0
+    for _ in range(40):
+        throttle.failed("a")
+    assert throttle.wait("a") == auth.FAILURE_WAIT_MAX
+    throttle.succeeded("a")
+    assert throttle.wait("a") == 0.0
+    for n in range(auth.CLIENTS_MAX + 50):
+        throttle.failed(f"10.0.{n // 256}.{n % 256}")
+    assert len(throttle._failures) <= auth.CLIENTS_MAX  # the bound is the point
+
+
+@pytest.mark.parametrize(
+    ("host", "ok"),
+    [("localhost", True), ("LOCALHOST:80", True), ("localhost.", True), ("127.0.0.1", True), ("127.9.9.9:1", True),
+     ("[::1]", True), ("[::1]:8080", True), ("", False), ("evil.example", False), ("127.0.0.1.evil.example", False),
+     ("localhost.evil.example:80", False), ("[::2]:80", False), ("0.0.0.0", False), ("10.0.0.1", False)],
+)  # fmt: skip
+def test_loopback_hosts(host: str, ok: bool) -> None:
+    pytest.importorskip("fastapi")
+    from starlette.requests import Request
+
+    from dbworker.console import auth
+
+    request = Request({"type": "http", "headers": [(b"host", host.encode())] if host else []})
+    assert auth.loopback_host(request) is ok

@@ -5,11 +5,12 @@ from __future__ import annotations
 import io
 import json
 import logging
+import time
 from collections.abc import Iterator
 
 import pytest
 
-from dbworker import logs
+from dbworker import logs, redact
 from tests.helpers import logging_restored
 
 
@@ -64,7 +65,9 @@ def test_bad_level_and_format() -> None:
         logs.setup(fmt="xml")
 
 
-def test_the_applications_loggers_share_the_line_format_unless_it_set_up_its_own(stream: io.StringIO) -> None:
+def test_the_applications_loggers_share_the_line_format_unless_it_set_up_its_own(
+    stream: io.StringIO,
+) -> None:
     root = logging.getLogger()
     root.handlers[:] = []  # an application that configured no logging (pytest's capture aside)
     logs.setup(level="INFO", fmt="json", stream=stream, worker="hash")
@@ -79,3 +82,42 @@ def test_the_applications_loggers_share_the_line_format_unless_it_set_up_its_own
     root.handlers[:] = [own]  # the application's own set-up is left alone
     logs.setup(level="INFO", fmt="text", stream=stream)
     assert root.handlers == [own]
+
+
+def test_text_lines_escape_terminal_control_sequences(stream: io.StringIO) -> None:
+    """A handler's error holding ESC/CSI/C1 sequences reaches the reader's terminal inert."""
+    logs.setup(level="INFO", fmt="text", stream=stream)
+    try:
+        raise RuntimeError("\x1b]0;owned\x07\x1b[2J\x9b31m\rgone")
+    except RuntimeError:
+        logging.getLogger("dbworker.x").exception("handler said %s", "\x1b[31mred")
+    text = stream.getvalue()
+    assert not any(c in text for c in "\x1b\x07\x9b\r")
+    assert "\\x1b[31mred" in text and "\\x1b]0;owned\\x07" in text and "\n" in text
+
+
+def test_json_lines_carry_no_raw_control_characters(stream: io.StringIO) -> None:
+    logs.setup(level="INFO", fmt="json", stream=stream)
+    logging.getLogger("dbworker.x").warning("a\x1b[2Jb\x9bc")
+    line = stream.getvalue().strip()
+    assert (
+        not any(c in line for c in "\x1b\x9b") and json.loads(line)["message"] == "a\x1b[2Jb\x9bc"
+    )
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_huge_records_are_cut_before_anything_reads_them(stream: io.StringIO, fmt: str) -> None:
+    """A megabyte message or exception is cut to its bound (each part), in milliseconds."""
+    logs.setup(level="INFO", fmt=fmt, stream=stream)
+    huge = "ab12" * 500_000
+    start = time.perf_counter()
+    try:
+        raise ValueError(huge)
+    except ValueError:
+        logging.getLogger("dbworker.x").exception("message %s", huge)
+    assert time.perf_counter() - start < 2.0
+    text = stream.getvalue()
+    assert len(text) < 3 * redact.MAX_CHARS and "(truncated)" in text
+    if fmt == "json":  # each field is cut on its own: the line still parses
+        entry = json.loads(text)
+        assert entry["message"].endswith(redact.CUT) and entry["exception"].startswith("Traceback")
