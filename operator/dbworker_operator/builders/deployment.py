@@ -56,7 +56,7 @@ def dbworker_env(spec: WorkerSpec) -> list[dict[str, Any]]:
 
 
 def container_security_context(spec: WorkerSpec) -> dict[str, Any]:
-    """The hardened container context, with the fields the spec may set (crd.py lists them:
+    """The hardened container context, with the fields the spec may set (schemas.py lists them:
     user, group, seccomp profile). What `restricted` requires is never the spec's to change."""
     return {
         "seccompProfile": {"type": "RuntimeDefault"},
