@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dbworker_operator import fields, rules
+from dbworker_operator import fields, rules, sql_filter
 from dbworker_operator.fields import SpecError
 
 
@@ -45,7 +45,7 @@ class Autoscaling:
 
 
 
-def _sources(spec: Mapping[str, Any], path: str, workers: tuple[str, ...]) -> tuple[SqlSource, ...]:
+def _sources(spec: Mapping[str, Any], path: str, workers: tuple[str, ...], kind: str) -> tuple[SqlSource, ...]:
     found: list[SqlSource] = []
     for i, item in enumerate(fields.objects(spec, path)):
         where = f"{path}[{i}]"
@@ -62,10 +62,14 @@ def _sources(spec: Mapping[str, Any], path: str, workers: tuple[str, ...]) -> tu
                                 "and _ (the table and column as created, unquoted)")
             names[name] = value
         condition = item.get("filter")
-        if condition is not None and (not isinstance(condition, str) or not condition.strip()
-                                      or ";" in condition or "--" in condition or "/*" in condition):
-            raise SpecError(f"spec.{where}.filter: use one SQL condition on the source table's columns, "
-                            "without ; or comments (e.g. ready AND NOT archived)")
+        if condition is not None:
+            why = sql_filter.problem(condition, kind=kind, table=names["table"]) if isinstance(condition, str) \
+                else f"it is {type(condition).__name__}, not a string"
+            if why is not None:
+                raise SpecError(f"spec.{where}.filter: {why}: write one condition on the source table's columns "
+                                f"such as {sql_filter.EXAMPLE!r} (comparisons, AND/OR/NOT, IS NULL, IN, BETWEEN, "
+                                "LIKE, literals, CAST, COALESCE, LOWER, UPPER, LENGTH, ABS and the clock); no "
+                                "subqueries, other tables or functions, comments, ; or backslashes")
         found.append(SqlSource(worker, names["table"], names["key"], condition))
     return tuple(found)
 
@@ -74,15 +78,13 @@ def parse(spec: Mapping[str, Any], workers: tuple[str, ...]) -> Autoscaling | No
     """spec.autoscaling as ``Autoscaling`` (None when absent); ``workers`` is spec.workers."""
     if fields.get(spec, "autoscaling", Mapping) is None:
         return None
-    max_replicas = fields.count(spec, "autoscaling.maxReplicas", minimum=1, default=None)
+    max_replicas = fields.count(spec, "autoscaling.maxReplicas", default=None)
     if max_replicas is None:
         raise SpecError("spec.autoscaling.maxReplicas is required when autoscaling is set")
-    min_replicas = fields.count(spec, "autoscaling.minReplicas", minimum=0, default=1) or 0
+    min_replicas = fields.count(spec, "autoscaling.minReplicas", default=1) or 0
     if min_replicas > max_replicas:
         raise SpecError("spec.autoscaling.minReplicas must be <= spec.autoscaling.maxReplicas")
     target = fields.get(spec, "autoscaling.targetPerSlot", (int, float), rules.DEFAULT_TARGET_PER_SLOT)
-    if target <= 0:
-        raise SpecError(f"spec.autoscaling.targetPerSlot is {target}; use a number of items per slot > 0, e.g. 1")
     database = None
     if fields.get(spec, "autoscaling.database", Mapping) is not None:
         kind = fields.get(spec, "autoscaling.database.type", str)
@@ -93,7 +95,7 @@ def parse(spec: Mapping[str, Any], workers: tuple[str, ...]) -> Autoscaling | No
                         "name the key of the spec.database.urlSecretRef Secret holding KEDA's connection string")
         if not re.match(rules.SECRET_KEY_PATTERN, key):
             raise SpecError(f"spec.autoscaling.database.connectionKey: {key!r} is not a Secret key")
-        sources = _sources(spec, "autoscaling.database.sources", workers)
+        sources = _sources(spec, "autoscaling.database.sources", workers, kind)
         if not sources:
             raise SpecError("spec.autoscaling.database.sources: list each worker's source table")
         database = DatabaseTrigger(kind, key, sources)

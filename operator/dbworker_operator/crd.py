@@ -52,7 +52,8 @@ def spec_schema() -> dict[str, Any]:
                 "maxProperties": 64,
                 "additionalProperties": {"type": "integer", "minimum": 1, "maximum": 1024},
             },
-            "replicas": {"type": "integer", "format": "int32", "minimum": 0, "default": rules.DEFAULT_REPLICAS,
+            "replicas": {"type": "integer", "format": "int32", "minimum": 0, "maximum": rules.MAX_PODS,
+                         "default": rules.DEFAULT_REPLICAS,
                          "description": "Pods to run (ignored while autoscaling drives the Deployment)."},
             "database": {
                 "type": "object", "required": ["urlSecretRef"],
@@ -66,7 +67,9 @@ def spec_schema() -> dict[str, Any]:
                         },
                     },
                     "envName": {"type": "string", "pattern": rules.ENV_NAME_PATTERN, "default": rules.DEFAULT_ENV_NAME,
-                                "description": "Environment variable the application reads the URL from."},
+                                "description": "Environment variable the application reads the URL from (not "
+                                               "one the loader, Python or dbworker reads).",
+                                "x-kubernetes-validations": [schemas.env_name_rule()]},
                     "listenUrlSecretRef": {
                         "type": "object", "required": ["name", "key"],
                         "description": "A direct PostgreSQL URL (not the pooler's) for each pod's one LISTEN "
@@ -94,12 +97,14 @@ def spec_schema() -> dict[str, Any]:
             "leaseSeconds": schemas.seconds("Claim lease length (dbworker --lease-seconds)."),
             "pollSeconds": schemas.seconds("First wait after an empty poll (dbworker --poll-seconds)."),
             "maxPollSeconds": schemas.seconds("Longest wait between polls (dbworker --max-poll-seconds)."),
-            "drainSeconds": {"type": "integer", "minimum": 0, "maximum": 86400, "default": rules.DEFAULT_DRAIN_SECONDS,
+            "drainSeconds": {"type": "integer", "minimum": 0, "maximum": rules.MAX_SECONDS, "default": rules.DEFAULT_DRAIN_SECONDS,
                              "description": "How long a stopping pod lets running handlers finish."},
             "migrate": {"type": "boolean", "default": True,
                         "description": "Run `dbworker migrate` in an init container before the workers start."},
             "resources": {"type": "object", "properties": {"limits": quantities, "requests": quantities}},
-            "env": schemas.free_objects("Extra environment variables (core/v1 EnvVar).", required=["name"]),
+            "env": schemas.free_objects("Extra environment variables (core/v1 EnvVar); not the dbworker command's "
+                                        "own DBWORKER_* ones, which the operator sets from the fields above.",
+                                        required=["name"], item_rules=[schemas.env_var_rule()]),
             "envFrom": schemas.free_objects("Extra environment sources (core/v1 EnvFromSource)."),
             "nodeSelector": schemas.string_map("Node labels the pods must run on."),
             "tolerations": schemas.free_objects("core/v1 Tolerations for the pods."),
@@ -116,14 +121,14 @@ def spec_schema() -> dict[str, Any]:
                 "pattern": rules.QUANTITY_PATTERN, "default": rules.DEFAULT_TMP_SIZE_LIMIT,
                 "description": "Size limit of the writable /tmp (an emptyDir); past it the pod is evicted."},
             "podLabels": {
-                **schemas.string_map("Extra labels for the pods."),
+                **schemas.labels("Extra labels for the pods."),
                 "x-kubernetes-validations": [{
                     "rule": " && ".join(f"!('{k}' in self)" for k in rules.RESERVED_POD_LABELS),
                     "message": "podLabels may not set app.kubernetes.io/name or app.kubernetes.io/instance "
                                "(the operator's selector uses them)",
                 }],
             },
-            "podAnnotations": schemas.string_map("Extra annotations for the pods."),
+            "podAnnotations": schemas.annotation_map("Extra annotations for the pods."),
             "metrics": {
                 "type": "object", "default": {},
                 "properties": {

@@ -57,3 +57,56 @@ DEFAULT_CONSOLE_REPLICAS = 1
 DEFAULT_CONSOLE_SERVICE_PORT = 80
 DEFAULT_CONSOLE_SERVICE_TYPE = "ClusterIP"
 CONSOLE_SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
+
+# ---- upper bounds: every number a Worker holds, each one the library, the databases and the OS can
+# hold (a lease of 1e308 seconds overflows the lease keeper's timer and kills it). The operator's
+# README lists them; the CRD's schema and the operator's checks both read them from here.
+MAX_SECONDS = 86400  # leaseSeconds, pollSeconds, maxPollSeconds, drainSeconds: one day
+MAX_PODS = 1000  # replicas, autoscaling.minReplicas and maxReplicas, a disruption budget's count
+MAX_TARGET_PER_SLOT = 1000  # autoscaling.targetPerSlot: items per handler slot
+MAX_LABELS = 32  # podLabels, metrics.podMonitorLabels
+# podAnnotations: together at most 128 KiB of values, half the API server's 256 KiB for all of an
+# object's annotations (the operator and other controllers add their own).
+MAX_POD_ANNOTATIONS = 64
+MAX_ANNOTATION_VALUE = 2048
+MAX_ANNOTATION_KEY = 316  # a qualified name: a DNS subdomain prefix (253), '/', a name (63)
+MAX_SQL_FILTER = 2048  # autoscaling.database.sources[].filter
+
+# ---- environment variables
+# The `dbworker` command's own variables (dbworker/pod/options.py, its termination log), each with
+# the Worker field the operator sets it from, or None where the operator fixes its value. spec.env
+# may set none of them (nor any other DBWORKER_* name): they would bypass these fields' checks,
+# break the probes or hide the exit reasons.
+DBWORKER_ENV_PREFIX = "DBWORKER_"
+DBWORKER_VARIABLES: dict[str, str | None] = {
+    "DBWORKER_APP": "spec.app",
+    "DBWORKER_WORKER": "spec.workers",
+    "DBWORKER_CONCURRENCY": "spec.concurrency",
+    "DBWORKER_METRICS_PORT": "spec.metrics.port",
+    "DBWORKER_METRICS_HOST": None,
+    "DBWORKER_DRAIN_SECONDS": "spec.drainSeconds",
+    "DBWORKER_CREATE_TABLES": "spec.migrate",
+    "DBWORKER_LEASE_SECONDS": "spec.leaseSeconds",
+    "DBWORKER_POLL_SECONDS": "spec.pollSeconds",
+    "DBWORKER_MAX_POLL_SECONDS": "spec.maxPollSeconds",
+    "DBWORKER_BACKLOG_SECONDS": None,
+    "DBWORKER_NO_WAKEUP_TRIGGERS": None,
+    "DBWORKER_NOTIFY_TRIGGERS": None,
+    "DBWORKER_FAILED": None,
+    "DBWORKER_JSON": None,
+    "DBWORKER_ALL_FAILED": None,
+    "DBWORKER_PORT": "spec.console.service.port",
+    "DBWORKER_HOST": None,
+    "DBWORKER_CONSOLE_TOKEN": "spec.console.tokenSecretRef",
+    "DBWORKER_READ_ONLY": "spec.console.readOnly",
+    "DBWORKER_TRANSACTION_POOLER": "spec.database.transactionPooler",
+    "DBWORKER_LISTEN_URL": "spec.database.listenUrlSecretRef",
+    "DBWORKER_LOG_FORMAT": None,
+    "DBWORKER_LOG_LEVEL": None,
+    "DBWORKER_TERMINATION_LOG": None,
+}
+# What the dynamic loader, Python or dbworker read at start: spec.database.envName may not name
+# one of them (the database URL would become a library path, a module path or a setting).
+STARTUP_ENV_PREFIXES = ("LD_", "PYTHON", DBWORKER_ENV_PREFIX)
+STARTUP_ENV_NAMES = ("PATH", "HOME", "TMPDIR", "GCONV_PATH", "GLIBC_TUNABLES", "LOCPATH", "NLSPATH",
+                     "HOSTALIASES", "LOCALDOMAIN", "RES_OPTIONS", "SSL_CERT_FILE", "SSL_CERT_DIR")

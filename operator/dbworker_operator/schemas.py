@@ -13,12 +13,16 @@ def string_map(description: str) -> dict[str, Any]:
     return {"type": "object", "description": description, "additionalProperties": {"type": "string"}}
 
 
-def free_objects(description: str, *, required: list[str] | None = None) -> dict[str, Any]:
-    """An array of Kubernetes core objects we pass through to the pod unchanged."""
+def free_objects(description: str, *, required: list[str] | None = None,
+                 item_rules: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """An array of Kubernetes core objects we pass through to the pod unchanged (``item_rules``:
+    CEL rules each item must pass)."""
     item: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     if required:
         item["required"] = required
         item["properties"] = {name: {"type": "string", "minLength": 1} for name in required}
+    if item_rules:
+        item["x-kubernetes-validations"] = item_rules
     return {"type": "array", "description": description, "items": item}
 
 
@@ -30,20 +34,53 @@ def int_or_string(description: str) -> dict[str, Any]:
             # units for the largest body, under the API server's 10 million per rule); each
             # field is evaluated once per Worker, never per list item.
             "x-kubernetes-validations": [{
-                "rule": f"type(self) == int ? self >= 0 : self.matches('{rules.PERCENT_PATTERN}')",
-                "message": "must be a non-negative count or a whole percentage from 0% to 100%, such as 25%",
+                "rule": f"type(self) == int ? self >= 0 && self <= {rules.MAX_PODS} : "
+                        f"self.matches('{rules.PERCENT_PATTERN}')",
+                "message": "must be a non-negative count or a whole percentage from 0% to 100%, such as 25% "
+                           f"(a count of at most {rules.MAX_PODS} pods)",
             }]}
 
 
 def seconds(description: str) -> dict[str, Any]:
-    return {"type": "number", "minimum": 0, "exclusiveMinimum": True, "description": description}
+    return {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": rules.MAX_SECONDS,
+            "description": f"{description} More than 0, at most {rules.MAX_SECONDS} (one day)."}
 
 
 def labels(description: str) -> dict[str, Any]:
     """A map of Kubernetes labels; the keys are checked by the operator (fields.py), since CEL
     regexes over unbounded map keys can exceed the API server's cost budget."""
-    return {"type": "object", "description": description, "maxProperties": 32,
+    return {"type": "object", "description": description, "maxProperties": rules.MAX_LABELS,
             "additionalProperties": {"type": "string", "maxLength": 63, "pattern": rules.LABEL_VALUE_PATTERN}}
+
+
+def annotation_map(description: str) -> dict[str, Any]:
+    """A map of annotations, bounded in count and value size; the keys are checked by the
+    operator (fields.py) for the same reason as labels'."""
+    return {"type": "object", "maxProperties": rules.MAX_POD_ANNOTATIONS,
+            "description": f"{description} At most {rules.MAX_POD_ANNOTATIONS}, each value at most "
+                           f"{rules.MAX_ANNOTATION_VALUE} characters.",
+            "additionalProperties": {"type": "string", "maxLength": rules.MAX_ANNOTATION_VALUE}}
+
+
+def env_var_rule() -> dict[str, str]:
+    """spec.env may not set the `dbworker` command's own variables (rules.DBWORKER_VARIABLES)."""
+    fields = sorted({f for f in rules.DBWORKER_VARIABLES.values() if f and not f.startswith("spec.console")})
+    return {"rule": f"!self.name.startsWith('{rules.DBWORKER_ENV_PREFIX}')",
+            "message": f"spec.env may not set {rules.DBWORKER_ENV_PREFIX}* variables: the operator sets them from "
+                       f"the Worker's fields ({', '.join(fields)}, spec.console); set those instead"}
+
+
+def env_name_rule() -> dict[str, str]:
+    """spec.database.envName may not name a variable the loader, Python or dbworker reads."""
+    # Several lines (a literal block in the YAML, each line short enough for yamllint).
+    starts = " &&\n".join(f"!self.startsWith('{p}')" for p in rules.STARTUP_ENV_PREFIXES)
+    names = rules.STARTUP_ENV_NAMES
+    listed = ",\n  ".join(", ".join(f"'{n}'" for n in names[i:i + 4]) for i in range(0, len(names), 4))
+    return {"rule": f"{starts} &&\n!(self in [\n  {listed}])",
+            "message": "database.envName may not name a variable the loader, Python or dbworker reads ("
+                       + ", ".join(f"{p}*" for p in rules.STARTUP_ENV_PREFIXES) + ", "
+                       + ", ".join(rules.STARTUP_ENV_NAMES)
+                       + "): keep DATABASE_URL or name the variable your application reads the URL from"}
 
 
 def ids(description: str, *, minimum: int) -> dict[str, Any]:
@@ -107,9 +144,10 @@ def autoscaling_schema() -> dict[str, Any]:
                        "(needs KEDA installed).",
         "properties": {
             # 0 needs the database trigger: with no pods there are no metrics to wake on.
-            "minReplicas": {"type": "integer", "minimum": 0, "default": 1},
-            "maxReplicas": {"type": "integer", "minimum": 1},
+            "minReplicas": {"type": "integer", "minimum": 0, "maximum": rules.MAX_PODS, "default": 1},
+            "maxReplicas": {"type": "integer", "minimum": 1, "maximum": rules.MAX_PODS},
             "targetPerSlot": {"type": "number", "minimum": 0, "exclusiveMinimum": True,
+                              "maximum": rules.MAX_TARGET_PER_SLOT,
                               "default": rules.DEFAULT_TARGET_PER_SLOT,
                               "description": "Items (running plus waiting) per handler slot the fleet is sized "
                                              "for: 1 keeps every slot busy, 0.8 leaves a fifth spare."},
@@ -143,7 +181,7 @@ def autoscaling_schema() -> dict[str, Any]:
                                 "key": {"type": "string", "pattern": rules.SQL_NAME_PATTERN,
                                         "default": rules.DEFAULT_SOURCE_KEY,
                                         "description": "The source table's key column."},
-                                "filter": {"type": "string", "maxLength": 2048,
+                                "filter": {"type": "string", "maxLength": rules.MAX_SQL_FILTER,
                                            "description": "SQL condition on the source table's columns that "
                                                           "the worker's eligible query applies too."},
                             },

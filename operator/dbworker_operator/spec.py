@@ -114,6 +114,25 @@ def _name(meta: Mapping[str, Any]) -> str:
 
 
 
+def _env(spec: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
+    """spec.env, none of it the `dbworker` command's own variables (the CRD's rule, schemas.env_var_rule)."""
+    env = fields.objects(spec, "env")
+    for i, item in enumerate(env):
+        name = item.get("name")
+        if not isinstance(name, str) or not name.startswith(rules.DBWORKER_ENV_PREFIX):
+            continue
+        if name not in rules.DBWORKER_VARIABLES:
+            fix = "DBWORKER_* names are the dbworker command's own: remove it"
+        elif (field_ := rules.DBWORKER_VARIABLES[name]) is not None:
+            fix = f"set {field_} instead (its bounds are checked there) and remove it"
+        else:
+            fix = "the operator sets it, or keeps the command's default, so the probes, the status and the " \
+                  "scaling keep working: remove it"
+        raise SpecError(f"spec.env[{i}].name: {name} is a variable of the dbworker command, which the operator "
+                        f"sets from the Worker's fields; {fix}")
+    return env
+
+
 def _console(spec: Mapping[str, Any], name: str) -> ConsoleSpec | None:
     if not fields.get(spec, "console.enabled", bool, False):
         return None
@@ -131,12 +150,12 @@ def _console(spec: Mapping[str, Any], name: str) -> ConsoleSpec | None:
     if service_type not in rules.CONSOLE_SERVICE_TYPES:
         raise SpecError(f"spec.console.service.type: {service_type!r}; use one of "
                         f"{', '.join(rules.CONSOLE_SERVICE_TYPES)}")
-    port = fields.count(spec, "console.service.port", minimum=1, default=rules.DEFAULT_CONSOLE_SERVICE_PORT)
-    if port is None or port > 65535:
-        raise SpecError(f"spec.console.service.port is {port}; use a port from 1 to 65535")
+    port = fields.count(spec, "console.service.port", default=rules.DEFAULT_CONSOLE_SERVICE_PORT)
+    if port is None:
+        raise SpecError("spec.console.service.port is required; use a port from 1 to 65535")
     return ConsoleSpec(
         token_secret=token,
-        replicas=fields.count(spec, "console.replicas", minimum=0, default=rules.DEFAULT_CONSOLE_REPLICAS) or 0,
+        replicas=fields.count(spec, "console.replicas", default=rules.DEFAULT_CONSOLE_REPLICAS) or 0,
         read_only=fields.get(spec, "console.readOnly", bool, False),
         service_type=service_type,
         service_port=port,
@@ -165,13 +184,17 @@ def parse(body: Mapping[str, Any], *, pod_monitor_labels: Mapping[str, str] | No
     env_name = fields.get(spec, "database.envName", str, rules.DEFAULT_ENV_NAME)
     if not re.match(rules.ENV_NAME_PATTERN, env_name):
         raise SpecError(f"spec.database.envName: {env_name!r} is not an environment variable name")
+    if env_name.startswith(rules.STARTUP_ENV_PREFIXES) or env_name in rules.STARTUP_ENV_NAMES:
+        raise SpecError(f"spec.database.envName: {env_name!r} is read by the loader, Python or dbworker at start; "
+                        "keep DATABASE_URL or name the variable your application reads the URL from")
 
     workers = tuple(fields.worker_name(w, f"workers[{i}]") for i, w in enumerate(fields.get(spec, "workers", list, [])))
     concurrency: list[tuple[str, int]] = []
     for key, value in sorted(fields.get(spec, "concurrency", Mapping, {}).items()):
         fields.worker_name(key, f"concurrency.{key}")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, int):
             raise SpecError(f"spec.concurrency.{key}: {value!r} must be an integer >= 1")
+        fields.check_value(fields.schema_of(f"concurrency.{key}"), value, f"spec.concurrency.{key}")
         if workers and key not in workers:
             raise SpecError(f"spec.concurrency.{key}: {key!r} is not in spec.workers; add it there or remove it")
         concurrency.append((key, value))
@@ -200,7 +223,7 @@ def parse(body: Mapping[str, Any], *, pod_monitor_labels: Mapping[str, str] | No
             (listen_secret or transaction_pooler):
         raise SpecError("spec.database.listenUrlSecretRef and transactionPooler are for PostgreSQL; "
                         "spec.autoscaling.database.type says mysql: remove them or fix the type")
-    max_connections = fields.count(spec, "database.maxConnections", minimum=1, default=None)
+    max_connections = fields.count(spec, "database.maxConnections", default=None)
     if max_connections is not None:
         unknown = [w for w in workers if w not in dict(concurrency)]
         if not workers or unknown:
@@ -208,7 +231,7 @@ def parse(body: Mapping[str, Any], *, pod_monitor_labels: Mapping[str, str] | No
                             "each (the operator counts one connection per handler process)"
                             + (f": add spec.concurrency.{unknown[0]}" if unknown else ": list spec.workers"))
 
-    pod_labels = fields.string_map(spec, "podLabels")
+    pod_labels = fields.labels(spec, "podLabels")
     for reserved in rules.RESERVED_POD_LABELS:
         if reserved in pod_labels:
             raise SpecError(f"spec.podLabels.{reserved}: reserved for the operator's selector; remove it")
@@ -229,32 +252,31 @@ def parse(body: Mapping[str, Any], *, pod_monitor_labels: Mapping[str, str] | No
         listen_secret=listen_secret,
         transaction_pooler=transaction_pooler,
         max_connections=max_connections,
-        pool_connections=fields.count(spec, "database.poolConnections", minimum=0,
-                                default=rules.DEFAULT_POOL_CONNECTIONS) or 0,
+        pool_connections=fields.count(spec, "database.poolConnections", default=rules.DEFAULT_POOL_CONNECTIONS) or 0,
         image_pull_policy=fields.get(spec, "imagePullPolicy", str),
         image_pull_secrets=tuple(pull_secrets),
         workers=workers,
         concurrency=tuple(concurrency),
-        replicas=fields.count(spec, "replicas", minimum=0, default=rules.DEFAULT_REPLICAS) or 0,
+        replicas=fields.count(spec, "replicas", default=rules.DEFAULT_REPLICAS) or 0,
         lease_seconds=fields.seconds(spec, "leaseSeconds"),
         poll_seconds=poll,
         max_poll_seconds=max_poll,
-        drain_seconds=fields.count(spec, "drainSeconds", minimum=0, default=rules.DEFAULT_DRAIN_SECONDS) or 0,
+        drain_seconds=fields.count(spec, "drainSeconds", default=rules.DEFAULT_DRAIN_SECONDS) or 0,
         migrate=fields.get(spec, "migrate", bool, True),
-        metrics_port=fields.count(spec, "metrics.port", minimum=1, default=rules.DEFAULT_METRICS_PORT)
+        metrics_port=fields.count(spec, "metrics.port", default=rules.DEFAULT_METRICS_PORT)
         or rules.DEFAULT_METRICS_PORT,
         pod_monitor=fields.get(spec, "metrics.podMonitor", bool, False),
         disruption_budget=budget,
         autoscaling=autoscaling,
         service_account_name=fields.get(spec, "serviceAccountName", str),
         resources=dict(fields.get(spec, "resources", Mapping, {})),
-        env=fields.objects(spec, "env"),
+        env=_env(spec),
         env_from=fields.objects(spec, "envFrom"),
         node_selector=fields.string_map(spec, "nodeSelector"),
         tolerations=fields.objects(spec, "tolerations"),
         affinity=dict(fields.get(spec, "affinity", Mapping, {})),
         pod_labels=pod_labels,
-        pod_annotations=fields.string_map(spec, "podAnnotations"),
+        pod_annotations=fields.annotation_map(spec, "podAnnotations"),
         pod_monitor_labels={**(pod_monitor_labels or {}), **fields.labels(spec, "metrics.podMonitorLabels")},
         pod_security_context=fields.security_context(spec, "podSecurityContext",
                                                 schemas.pod_security_context_schema()["properties"]),
@@ -264,6 +286,7 @@ def parse(body: Mapping[str, Any], *, pod_monitor_labels: Mapping[str, str] | No
         automount_service_account_token=fields.get(spec, "automountServiceAccountToken", bool, False),
         console=_console(spec, name),
     )
+    fields.check_tree(spec)  # every bound of the CRD's schema, also where no reader above looked
     if max_connections is not None and max_connections < parsed.connections_per_pod + \
             parsed.connections_per_pod * ROLLOUT_SURGE:
         raise SpecError(f"spec.database.maxConnections {max_connections} is below what one pod and a rollout's "

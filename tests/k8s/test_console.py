@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -85,9 +86,16 @@ def test_the_probes_use_the_consoles_open_health_path() -> None:
 
 
 def test_a_token_in_the_specs_env_cannot_replace_the_secrets() -> None:
-    body = _with_console(samples.with_spec(samples.minimal(), env=[
-        {"name": "DBWORKER_CONSOLE_TOKEN", "value": "plain-text-token-in-the-spec"}]))
-    dep, _ = _built(body)
+    env_token = [{"name": "DBWORKER_CONSOLE_TOKEN", "value": "plain-text-token-in-the-spec"}]
+    body = _with_console(samples.with_spec(samples.minimal(), env=env_token))
+    # Refused at the door and by the operator, naming the field to use instead ...
+    assert any("spec.env may not set DBWORKER_*" in p for p in check(body))
+    with pytest.raises(spec.SpecError, match=r"spec\.env\[0\]\.name: DBWORKER_CONSOLE_TOKEN .* spec\.console\.tokenSecretRef"):
+        spec.parse(body)
+    # ... and a spec that got one past both still builds with the Secret's token only.
+    parsed = dataclasses.replace(spec.parse(_with_console()), env=tuple(env_token))
+    dep = console.build_deployment(parsed)
+    assert dep is not None
     env = dep["spec"]["template"]["spec"]["containers"][0]["env"]
     tokens = [e for e in env if e["name"] == "DBWORKER_CONSOLE_TOKEN"]
     assert tokens == [{"name": "DBWORKER_CONSOLE_TOKEN",
