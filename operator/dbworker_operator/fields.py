@@ -84,8 +84,8 @@ def check_value(schema: Mapping[str, Any], value: Any, where: str, *, patterns: 
         low, high = schema.get("minimum"), schema.get("maximum")
         if (low is not None and (value < low or (schema.get("exclusiveMinimum") is True and value == low))) \
                 or (high is not None and value > high):
-            raise SpecError(f"{where} is {value:g}; use {_allowed_range(schema)}"
-                            + (f" ({schema['description']})" if "description" in schema else ""))
+            raise SpecError(f"{where} is {value:g}; use {_allowed_range(schema)} (the bounds the library, the "
+                            "databases and the OS can hold; the operator's README lists them)")
     elif isinstance(value, str):
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             raise SpecError(f"{where} has {len(value)} characters; shorten it to at most {schema['maxLength']}")

@@ -112,7 +112,7 @@ def test_errors_name_the_field_the_bound_and_the_fix() -> None:
     with pytest.raises(spec.SpecError) as lease:
         spec.parse(_full(leaseSeconds=1e308))
     assert re.search(r"spec\.leaseSeconds is 1e\+308; use a number > 0 and <= 86400", str(lease.value))
-    assert "one day" in str(lease.value)
+    assert "the operator's README lists them" in str(lease.value)
     with pytest.raises(spec.SpecError) as replicas:
         spec.parse(_full(replicas=100000))
     assert "spec.replicas is 100000; use an integer >= 0 and <= 1000" in str(replicas.value)
