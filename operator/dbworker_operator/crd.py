@@ -99,6 +99,14 @@ def spec_schema() -> dict[str, Any]:
             "maxPollSeconds": schemas.seconds("Longest wait between polls (dbworker --max-poll-seconds)."),
             "drainSeconds": {"type": "integer", "minimum": 0, "maximum": rules.MAX_SECONDS, "default": rules.DEFAULT_DRAIN_SECONDS,
                              "description": "How long a stopping pod lets running handlers finish."},
+            "logLevel": {"type": "string", "enum": list(rules.LOG_LEVELS),
+                         "description": "Log level of the pods (dbworker --log-level); the command's default is "
+                                        "INFO."},
+            "wakeupTriggers": {
+                "type": "boolean", "default": True,
+                "description": "Install the wake-up triggers on each source table (false: "
+                               "DBWORKER_NO_WAKEUP_TRIGGERS, for a database role that may not create triggers; "
+                               "the workers then find new rows at their next poll)."},
             "migrate": {"type": "boolean", "default": True,
                         "description": "Run `dbworker migrate` in an init container before the workers start."},
             "resources": {"type": "object", "properties": {"limits": quantities, "requests": quantities}},

@@ -41,6 +41,7 @@ SQL_TRIGGER_TYPES = ("postgresql", "mysql")
 SQL_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
 DEFAULT_PROMETHEUS_ADDRESS = "http://prometheus-operated.monitoring.svc:9090"
 DEFAULT_TMP_SIZE_LIMIT = "1Gi"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")  # the `dbworker` command's --log-level
 # The library's own defaults (SPEC.md), used by CEL rules that compare a set field with an unset one.
 LIBRARY_POLL_SECONDS = 0.25
 LIBRARY_MAX_POLL_SECONDS = 10.0
@@ -90,7 +91,7 @@ DBWORKER_VARIABLES: dict[str, str | None] = {
     "DBWORKER_POLL_SECONDS": "spec.pollSeconds",
     "DBWORKER_MAX_POLL_SECONDS": "spec.maxPollSeconds",
     "DBWORKER_BACKLOG_SECONDS": None,
-    "DBWORKER_NO_WAKEUP_TRIGGERS": None,
+    "DBWORKER_NO_WAKEUP_TRIGGERS": "spec.wakeupTriggers",
     "DBWORKER_NOTIFY_TRIGGERS": None,
     "DBWORKER_FAILED": None,
     "DBWORKER_JSON": None,
@@ -102,7 +103,7 @@ DBWORKER_VARIABLES: dict[str, str | None] = {
     "DBWORKER_TRANSACTION_POOLER": "spec.database.transactionPooler",
     "DBWORKER_LISTEN_URL": "spec.database.listenUrlSecretRef",
     "DBWORKER_LOG_FORMAT": None,
-    "DBWORKER_LOG_LEVEL": None,
+    "DBWORKER_LOG_LEVEL": "spec.logLevel",
     "DBWORKER_TERMINATION_LOG": None,
 }
 # What the dynamic loader, Python or dbworker read at start: spec.database.envName may not name

@@ -71,6 +71,8 @@ class WorkerSpec:
     max_poll_seconds: float | None = None
     drain_seconds: int = rules.DEFAULT_DRAIN_SECONDS
     migrate: bool = True
+    log_level: str | None = None  # None: the command's default
+    wakeup_triggers: bool = True
     metrics_port: int = rules.DEFAULT_METRICS_PORT
     pod_monitor: bool = False
     disruption_budget: DisruptionBudget | None = None
@@ -263,6 +265,8 @@ def parse(body: Mapping[str, Any], *, pod_monitor_labels: Mapping[str, str] | No
         max_poll_seconds=max_poll,
         drain_seconds=fields.count(spec, "drainSeconds", default=rules.DEFAULT_DRAIN_SECONDS) or 0,
         migrate=fields.get(spec, "migrate", bool, True),
+        log_level=fields.get(spec, "logLevel", str),
+        wakeup_triggers=fields.get(spec, "wakeupTriggers", bool, True),
         metrics_port=fields.count(spec, "metrics.port", default=rules.DEFAULT_METRICS_PORT)
         or rules.DEFAULT_METRICS_PORT,
         pod_monitor=fields.get(spec, "metrics.podMonitor", bool, False),

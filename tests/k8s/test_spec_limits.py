@@ -62,6 +62,7 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
      "spec.serviceAccountName"),
     ("a console service port out of range", _console(service={"port": 70000}), "spec.console.service.port"),
     ("a filter too long", _source(filter="ready AND " * 300 + "ready"), "filter"),
+    ("a log level the command does not know", _full(logLevel="LOUD"), "spec.logLevel"),
     ("the database URL as the loader's preload list", _full(database={
         "urlSecretRef": {"name": "db", "key": "url"}, "envName": "LD_PRELOAD"}), "spec.database.envName"),
     ("the database URL as Python's module path", _full(database={
@@ -131,6 +132,22 @@ def test_spec_env_cannot_set_the_commands_own_variables(variable: str) -> None:
     assert message.startswith(f"spec.env[1].name: {variable} ")
     field = rules.DBWORKER_VARIABLES[variable]
     assert (f"set {field} instead" in message) if field else ("the operator sets it" in message)
+
+
+def test_the_fields_that_replace_the_variables_reach_the_pods() -> None:
+    """spec.logLevel and spec.wakeupTriggers: what DBWORKER_LOG_LEVEL and DBWORKER_NO_WAKEUP_TRIGGERS
+    in spec.env used to set, for the migrate and the worker containers alike."""
+    from dbworker_operator.builders import deployment
+
+    body = _full(logLevel="DEBUG", wakeupTriggers=False)
+    assert check(body) == []
+    built = deployment.build(spec.parse(body), replicas=1)
+    pod = built["spec"]["template"]["spec"]
+    for container in [*pod["initContainers"], *pod["containers"]]:
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["DBWORKER_LOG_LEVEL"] == "DEBUG" and env["DBWORKER_NO_WAKEUP_TRIGGERS"] == "true"
+    plain = deployment.build(spec.parse(_full()), replicas=1)["spec"]["template"]["spec"]["containers"][0]
+    assert not {"DBWORKER_LOG_LEVEL", "DBWORKER_NO_WAKEUP_TRIGGERS"} & {e["name"] for e in plain["env"]}
 
 
 def test_an_unknown_dbworker_variable_is_refused_too() -> None:
