@@ -38,9 +38,17 @@ def _rendered_worker(chart: helm.Chart, **spec: Any) -> dict[str, Any]:
 ])
 def test_the_charts_crd_refuses_what_the_operator_refuses(chart: helm.Chart, spec: dict[str, Any],
                                                          expected: str) -> None:
-    assert _refusals(_rendered_worker(chart)) == []
-    refusals = _refusals(_rendered_worker(chart, **spec))
+    worker = _rendered_worker(chart)
+    assert _refusals(worker) == []
+    worker["spec"].update(spec)  # as applied by hand, past the chart's values schema
+    refusals = _refusals(worker)
     assert any(expected in r for r in refusals), refusals
+
+
+@pytest.mark.parametrize("spec", [{"leaseSeconds": 90000}, {"replicas": 100000}])
+def test_the_charts_values_schema_refuses_numbers_past_their_bounds(chart: helm.Chart, spec: dict[str, Any]) -> None:
+    with pytest.raises(helm.errors.HelmValuesError, match="maximum"):
+        _rendered_worker(chart, **spec)
 
 
 def test_the_charts_crd_refuses_a_database_variable_the_loader_reads(chart: helm.Chart) -> None:
