@@ -112,7 +112,8 @@ def spec_schema() -> dict[str, Any]:
             "resources": {"type": "object", "properties": {"limits": quantities, "requests": quantities}},
             "env": schemas.free_objects("Extra environment variables (core/v1 EnvVar); not the dbworker command's "
                                         "own DBWORKER_* ones, which the operator sets from the fields above.",
-                                        required=["name"], item_rules=[schemas.env_var_rule()]),
+                                        required=["name"], item_rules=[schemas.env_var_rule()],
+                                        max_items=rules.MAX_ENV),
             "envFrom": schemas.free_objects("Extra environment sources (core/v1 EnvFromSource)."),
             "nodeSelector": schemas.string_map("Node labels the pods must run on."),
             "tolerations": schemas.free_objects("core/v1 Tolerations for the pods."),

@@ -72,6 +72,9 @@ MAX_POD_ANNOTATIONS = 64
 MAX_ANNOTATION_VALUE = 2048
 MAX_ANNOTATION_KEY = 316  # a qualified name: a DNS subdomain prefix (253), '/', a name (63)
 MAX_SQL_FILTER = 2048  # autoscaling.database.sources[].filter
+# spec.env entries: each passes a CEL rule, and a bounded list keeps the rule's estimated cost far
+# under the API server's limit however large the request.
+MAX_ENV = 256
 
 # ---- environment variables
 # The `dbworker` command's own variables (dbworker/pod/options.py, its termination log), each with

@@ -14,7 +14,7 @@ def string_map(description: str) -> dict[str, Any]:
 
 
 def free_objects(description: str, *, required: list[str] | None = None,
-                 item_rules: list[dict[str, str]] | None = None) -> dict[str, Any]:
+                 item_rules: list[dict[str, str]] | None = None, max_items: int | None = None) -> dict[str, Any]:
     """An array of Kubernetes core objects we pass through to the pod unchanged (``item_rules``:
     CEL rules each item must pass)."""
     item: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
@@ -23,7 +23,8 @@ def free_objects(description: str, *, required: list[str] | None = None,
         item["properties"] = {name: {"type": "string", "minLength": 1} for name in required}
     if item_rules:
         item["x-kubernetes-validations"] = item_rules
-    return {"type": "array", "description": description, "items": item}
+    return {"type": "array", "description": description, "items": item,
+            **({"maxItems": max_items} if max_items is not None else {})}
 
 
 def int_or_string(description: str) -> dict[str, Any]:

@@ -62,6 +62,7 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
      "spec.serviceAccountName"),
     ("a console service port out of range", _console(service={"port": 70000}), "spec.console.service.port"),
     ("a filter too long", _source(filter="ready AND " * 300 + "ready"), "filter"),
+    ("too many variables", _full(env=[{"name": f"V{i}", "value": "x"} for i in range(rules.MAX_ENV + 1)]), "spec.env"),
     ("a log level the command does not know", _full(logLevel="LOUD"), "spec.logLevel"),
     ("the database URL as the loader's preload list", _full(database={
         "urlSecretRef": {"name": "db", "key": "url"}, "envName": "LD_PRELOAD"}), "spec.database.envName"),
