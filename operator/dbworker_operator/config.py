@@ -12,7 +12,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from dbworker_operator import spec
+from dbworker_operator import fields
 
 
 class ConfigError(ValueError):
@@ -76,7 +76,7 @@ def _label_pairs(env: Mapping[str, str], name: str) -> dict[str, str]:
     for pair in _names(env, name):
         key, sep, value = pair.partition("=")
         key, value = key.strip(), value.strip()
-        if not sep or not spec.valid_label_key(key) or not spec.valid_label_value(value):
+        if not sep or not fields.valid_label_key(key) or not fields.valid_label_value(value):
             raise ConfigError(f"{name}: {pair!r} is not a label; write key=value pairs separated by commas, "
                               "e.g. release=kube-prometheus-stack")
         labels[key] = value

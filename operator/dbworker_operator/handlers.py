@@ -20,12 +20,13 @@ import kopf
 
 from dbworker_operator import (
     conditions,
-    crd,
     deletion_cost,
     drift,
     kinds,
     labels,
     leadership,
+    problems,
+    rules,
     scrape,
 )
 from dbworker_operator import kube as kubeapi
@@ -179,11 +180,11 @@ async def reconcile(runtime: Runtime, body: dict[str, Any], *, trigger: str) -> 
             runtime.metrics.reconcile_duration.labels(kind).observe(time.monotonic() - started)
 
 
-async def _check_secret(kube: Kube, spec: specs.WorkerSpec, config: OperatorConfig) -> conditions.Problem | None:
+async def _check_secret(kube: Kube, spec: specs.WorkerSpec, config: OperatorConfig) -> problems.Problem | None:
     """Read the database Secret and say what is wrong with it; None when fine or not readable.
 
     Only in the namespaces the operator is told it may read Secrets in (config.py); elsewhere
-    the pods report a missing Secret or key (conditions.pod_problems), a little later.
+    the pods report a missing Secret or key (problems.pod_problems), a little later.
     """
     if not config.may_read_secrets(spec.namespace):
         return None
@@ -193,17 +194,17 @@ async def _check_secret(kube: Kube, spec: specs.WorkerSpec, config: OperatorConf
         if exc.status == 403:  # not allowed to look: the pods will tell
             return None
         raise
-    return conditions.secret_problem(spec, secret)
+    return problems.secret_problem(spec, secret)
 
 
 async def _apply_all(kube: Kube, body: Mapping[str, Any], spec: specs.WorkerSpec, caps: kinds.Capabilities,
                      deployment: dict[str, Any] | None, runtime: Runtime
-                     ) -> tuple[dict[str, Any] | None, list[str], list[conditions.Problem]]:
+                     ) -> tuple[dict[str, Any] | None, list[str], list[problems.Problem]]:
     """Create, restore or delete every owned object; returns the Deployment, what changed, problems."""
     # ``deployment`` is what exists now; the applied one replaces it in the result.
     uid = body["metadata"]["uid"]
     changes: list[str] = []
-    problems: list[conditions.Problem] = []
+    found: list[problems.Problem] = []
     for want in owned.objects(spec, caps):
         kind, name = want.kind, want.name
         try:
@@ -222,10 +223,10 @@ async def _apply_all(kube: Kube, body: Mapping[str, Any], spec: specs.WorkerSpec
                 changes.append(f"{applied.action.capitalize()} {kind.kind} {name}")
                 runtime.metrics.objects_applied.labels(applied.action).inc()
         except NotOwned as exc:
-            problems.append(conditions.name_conflict(exc))
+            found.append(problems.name_conflict(exc))
         except KubeError as exc:
-            problems.append(conditions.apply_failed(kind, name, exc.message))
-    return deployment, changes, problems
+            found.append(problems.apply_failed(kind, name, exc.message))
+    return deployment, changes, found
 
 
 async def _scrape(runtime: Runtime, pods: list[dict[str, Any]], port: int) -> int | None:
@@ -266,30 +267,30 @@ async def _reconcile(runtime: Runtime, body: dict[str, Any]) -> None:
     namespace, name = meta["namespace"], meta["name"]
     if meta.get("deletionTimestamp"):
         return  # owner references clean up; nothing to keep true any more
-    problems: list[conditions.Problem] = []
+    found: list[problems.Problem] = []
     spec: specs.WorkerSpec | None = None
     try:
         spec = specs.parse(body, pod_monitor_labels=runtime.config.pod_monitor_labels)
     except specs.SpecError as exc:
-        problems.append(conditions.invalid_spec(exc))
+        found.append(problems.invalid_spec(exc))
     caps = await kube.capabilities()
     if spec is not None:
         secret_problem = await _check_secret(kube, spec, runtime.config)
         if secret_problem is not None:
-            problems.append(secret_problem)
+            found.append(secret_problem)
 
     deployment = await kube.get(kinds.DEPLOYMENT, namespace, name)
     changes: list[str] = []
     # All or nothing: with a known problem, leave what runs alone rather than half-apply.
-    if spec is not None and not problems:
+    if spec is not None and not found:
         deployment, changes, apply_problems = await _apply_all(kube, body, spec, caps, deployment, runtime)
-        problems.extend(apply_problems)
+        found.extend(apply_problems)
 
     pods = await kube.list_pods(namespace, labels.selector_string(name))
-    port = spec.metrics_port if spec else crd.DEFAULT_METRICS_PORT
+    port = spec.metrics_port if spec else rules.DEFAULT_METRICS_PORT
     backlog = await _scrape(runtime, pods, port)
 
-    observed = conditions.observe(body, spec=spec, capabilities=caps, problems=problems, deployment=deployment,
+    observed = conditions.observe(body, spec=spec, capabilities=caps, problems=found, deployment=deployment,
                                   pods=pods, backlog=backlog, now=_now())
     previous = body.get("status") or {}
     status = conditions.status(observed)

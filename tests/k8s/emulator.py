@@ -190,7 +190,15 @@ class Cluster(kmock.KubernetesEmulator):
         self._bump(obj)
         self._store[key] = obj
         self._emit(rkey, "ADDED", obj)
+        refs = meta.get("ownerReferences") or []
+        if refs and not any(self._exists(ref.get("uid")) for ref in refs):
+            # Garbage collection, as in a cluster: an object whose every owner is gone (created by
+            # a reconcile that read its owner just before the owner's deletion) is collected.
+            self._delete(key)
         return obj
+
+    def _exists(self, uid: str | None) -> bool:
+        return any(other["metadata"].get("uid") == uid for other in self._store.values())
 
     def _update(self, key: OKey, new: dict[str, Any], *, subresource: str | None) -> dict[str, Any]:
         rkey = key[:3]

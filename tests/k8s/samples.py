@@ -35,7 +35,7 @@ def full(name: str = "imgdedup", namespace: str = "apps") -> dict[str, Any]:
         "migrate": True,
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
         "env": [{"name": "LOG_LEVEL", "value": "debug"},
-                {"name": "DBWORKER_METRICS_PORT", "value": "1"}],  # clashes with ours: dropped
+                {"name": "APP_DATABASE_URL", "value": "sqlite://"}],  # clashes with ours: dropped
         "envFrom": [{"configMapRef": {"name": "imgdedup-config"}}],
         "nodeSelector": {"kubernetes.io/arch": "amd64"},
         "tolerations": [{"key": "workers", "operator": "Exists", "effect": "NoSchedule"}],

@@ -166,6 +166,7 @@ def test_prometheus_annotations_only_without_a_pod_monitor() -> None:
 
 def test_deployment_environment_carries_the_spec_and_the_secret_reference() -> None:
     env = _env(_container(deployment.build(spec.parse(samples.full()), replicas=3)))
+    # The user's clashing APP_DATABASE_URL was dropped: the Secret's URL stays.
     assert env["APP_DATABASE_URL"] == {"secretKeyRef": {"name": "imgdedup-db", "key": "url"}}
     assert "DATABASE_URL" not in env
     assert env["DBWORKER_WORKER"] == "hash,compare"
@@ -174,7 +175,7 @@ def test_deployment_environment_carries_the_spec_and_the_secret_reference() -> N
     assert env["DBWORKER_POLL_SECONDS"] == "0.5"
     assert env["DBWORKER_MAX_POLL_SECONDS"] == "5"
     assert env["DBWORKER_DRAIN_SECONDS"] == "60"
-    assert env["DBWORKER_METRICS_PORT"] == "9200"  # the user's clashing value was dropped
+    assert env["DBWORKER_METRICS_PORT"] == "9200"
     assert env["LOG_LEVEL"] == "debug"
     minimal_env = _env(_container(deployment.build(spec.parse(samples.minimal()), replicas=1)))
     assert "DBWORKER_WORKER" not in minimal_env and "DBWORKER_LEASE_SECONDS" not in minimal_env

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
-from dbworker_operator import crd, drift, kinds, labels, spec
+from dbworker_operator import drift, kinds, labels, rules, spec
 from dbworker_operator.builders import console, owned
 
 from dbworker.console import app as console_app
@@ -63,7 +64,7 @@ def test_the_console_pod_is_the_workers_pod_with_the_console_container() -> None
     assert pod["terminationGracePeriodSeconds"] == console.GRACE_SECONDS
     [container] = pod["containers"]
     assert container["command"] == ["dbworker", "console", "imgdedup.jobs:coordinator",
-                                    "--host", "0.0.0.0", "--port", str(crd.CONSOLE_PORT)]
+                                    "--host", "0.0.0.0", "--port", str(rules.CONSOLE_PORT)]
     assert container["securityContext"] == worker_pod["containers"][0]["securityContext"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     env = _env(container)
@@ -71,7 +72,7 @@ def test_the_console_pod_is_the_workers_pod_with_the_console_container() -> None
     assert env["DBWORKER_CONSOLE_TOKEN"] == {"secretKeyRef": {"name": "imgdedup-console", "key": "tokens"}}
     assert env["DBWORKER_READ_ONLY"] == "true" and env["LOG_LEVEL"] == "debug"
     assert container["resources"] == {"requests": {"cpu": "50m", "memory": "128Mi"}}
-    assert container["ports"] == [{"name": "http", "containerPort": crd.CONSOLE_PORT, "protocol": "TCP"}]
+    assert container["ports"] == [{"name": "http", "containerPort": rules.CONSOLE_PORT, "protocol": "TCP"}]
     assert dep["spec"]["replicas"] == 2
     assert "prometheus.io/scrape" not in dep["spec"]["template"]["metadata"]["annotations"]
 
@@ -85,9 +86,16 @@ def test_the_probes_use_the_consoles_open_health_path() -> None:
 
 
 def test_a_token_in_the_specs_env_cannot_replace_the_secrets() -> None:
-    body = _with_console(samples.with_spec(samples.minimal(), env=[
-        {"name": "DBWORKER_CONSOLE_TOKEN", "value": "plain-text-token-in-the-spec"}]))
-    dep, _ = _built(body)
+    env_token = [{"name": "DBWORKER_CONSOLE_TOKEN", "value": "plain-text-token-in-the-spec"}]
+    body = _with_console(samples.with_spec(samples.minimal(), env=env_token))
+    # Refused at the door and by the operator, naming the field to use instead ...
+    assert any("spec.env may not set DBWORKER_*" in p for p in check(body))
+    with pytest.raises(spec.SpecError, match=r"spec\.env\[0\]\.name: DBWORKER_CONSOLE_TOKEN .* spec\.console\.tokenSecretRef"):
+        spec.parse(body)
+    # ... and a spec that got one past both still builds with the Secret's token only.
+    parsed = dataclasses.replace(spec.parse(_with_console()), env=tuple(env_token))
+    dep = console.build_deployment(parsed)
+    assert dep is not None
     env = dep["spec"]["template"]["spec"]["containers"][0]["env"]
     tokens = [e for e in env if e["name"] == "DBWORKER_CONSOLE_TOKEN"]
     assert tokens == [{"name": "DBWORKER_CONSOLE_TOKEN",
@@ -147,7 +155,7 @@ def test_bad_console_specs_name_the_field_and_the_fix(case: str, body: dict[str,
 
 
 def test_longest_name_with_a_console_is_accepted() -> None:
-    body = _with_console(samples.minimal("w" * crd.CONSOLE_WORKER_NAME_MAX))
+    body = _with_console(samples.minimal("w" * rules.CONSOLE_WORKER_NAME_MAX))
     assert check(body) == []
     _, svc = _built(body)
     assert len(svc["metadata"]["name"]) == 63
@@ -173,7 +181,7 @@ def test_the_examples_console_is_built_and_its_network_policies_admit_it() -> No
         return all(pod_labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
 
     assert selects(policies["dbworker-console"]["spec"]["podSelector"])
-    assert policies["dbworker-console"]["spec"]["ingress"][0]["ports"][0]["port"] == crd.CONSOLE_PORT
+    assert policies["dbworker-console"]["spec"]["ingress"][0]["ports"][0]["port"] == rules.CONSOLE_PORT
     database = policies["postgres"]["spec"]["ingress"][0]["from"]
     assert any(selects(peer.get("podSelector", {})) for peer in database), "the console reaches PostgreSQL"
 
@@ -208,7 +216,7 @@ def test_the_dbworker_command_accepts_the_containers_arguments_and_environment(r
     assert container["command"][0] == "dbworker"
     parsed = options.parse(container["command"][1:], env)
     assert (parsed.command, parsed.app) == ("console", "imgdedup.jobs:coordinator")
-    assert (parsed["host"], parsed["port"], parsed["read_only"]) == ("0.0.0.0", crd.CONSOLE_PORT, read_only)
+    assert (parsed["host"], parsed["port"], parsed["read_only"]) == ("0.0.0.0", rules.CONSOLE_PORT, read_only)
     assert parsed["token"] and parsed["log_format"] == "json"
     without = {k: v for k, v in env.items() if k != "DBWORKER_CONSOLE_TOKEN"}
     with pytest.raises(termination.CommandError, match="needs a sign-in token"):

@@ -168,6 +168,30 @@ def test_spec_the_schema_would_reject_is_reported_not_crashed_on(op: Operator) -
     assert op.get(f"{DEPLOYMENTS}/gamma") is None
 
 
+def test_numbers_and_variables_an_older_crd_let_through_are_reported_not_built(op: Operator) -> None:
+    """A lease of 1e308 s (which kills the pods' lease keeper) and a spec.env setting the command's
+    own variable: refused by the operator as by the API server, the message naming the field."""
+    op.secret("huge-db", {"url": "sqlite:///x"})
+    op.secret("envy-db", {"url": "sqlite:///x"})
+    cluster = op.emulator.cluster
+    assert cluster is not None
+    op.emulator.call(setattr, cluster, "enforce", False)  # as with an older, laxer CRD installed
+    try:
+        op.worker("huge", leaseSeconds=1e308)
+        op.worker("envy", env=[{"name": "DBWORKER_LEASE_SECONDS", "value": "1e308"}])
+    finally:
+        op.emulator.call(setattr, cluster, "enforce", True)
+    huge = op.wait(lambda: op.condition("huge", "Degraded"), "a Degraded condition")
+    assert huge["reason"] == "InvalidSpec" and "spec.leaseSeconds is 1e+308" in huge["message"], huge
+    envy = op.wait(lambda: op.condition("envy", "Degraded"), "a Degraded condition")
+    assert envy["reason"] == "InvalidSpec" and "set spec.leaseSeconds instead" in envy["message"], envy
+    assert op.get(f"{DEPLOYMENTS}/huge") is None and op.get(f"{DEPLOYMENTS}/envy") is None
+    if cluster.validators:
+        body = samples.with_spec(samples.minimal("envy2", NS), env=[{"name": "DBWORKER_METRICS_HOST", "value": "x"}])
+        response = op.api.post(WORKERS, json={**body, "metadata": {"name": "envy2"}})
+        assert response.status_code == 422 and "spec.env may not set DBWORKER_*" in response.text, response.text
+
+
 def test_unknown_worker_reported_by_a_pod_degrades(op: Operator) -> None:
     op.secret("delta-db", {"url": "sqlite:///x"})
     op.worker("delta", workers=["resize"])

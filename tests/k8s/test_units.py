@@ -14,6 +14,7 @@ from dbworker_operator import (
     labels,
     leadership,
     metrics,
+    problems,
     redact,
     scrape,
     spec,
@@ -86,7 +87,7 @@ def _pod(name: str, *, waiting: str = "", code: int | None = None, message: str 
 
 
 def test_pod_problems_name_the_fix() -> None:
-    found = conditions.pod_problems([
+    found = problems.pod_problems([
         _pod("a", waiting="ImagePullBackOff"),
         _pod("b", waiting="CrashLoopBackOff", code=2,
              message="dbworker[UnknownWorker]: unknown worker 'resize' (--worker); known workers: hash, compare\n"),
@@ -109,10 +110,10 @@ def test_pod_problems_name_the_fix() -> None:
 
 
 def test_unknown_worker_is_matched_by_token_not_by_text() -> None:
-    [by_token] = conditions.pod_problems(
+    [by_token] = problems.pod_problems(
         [_pod("a", waiting="CrashLoopBackOff", code=2, message="dbworker[UnknownWorker]: no such name 'x'")],
         image="i")
-    [by_text] = conditions.pod_problems(
+    [by_text] = problems.pod_problems(
         [_pod("a", waiting="CrashLoopBackOff", code=2, message="dbworker: unknown worker 'x'")], image="i")
     assert (by_token.reason, by_text.reason) == ("UnknownWorker", "BadConfiguration")
 
@@ -125,7 +126,7 @@ def test_unknown_worker_is_matched_by_token_not_by_text() -> None:
     (2, "dbworker[SomethingNew]: a reason this operator does not know", "BadConfiguration"),
 ])
 def test_a_line_without_a_known_token_falls_back_on_the_exit_code(code: int, message: str, reason: str) -> None:
-    [found] = conditions.pod_problems([_pod("a", waiting="CrashLoopBackOff", code=code, message=message)],
+    [found] = problems.pod_problems([_pod("a", waiting="CrashLoopBackOff", code=code, message=message)],
                                       image="i")
     assert found.reason == reason
 
@@ -133,18 +134,18 @@ def test_a_line_without_a_known_token_falls_back_on_the_exit_code(code: int, mes
 def test_the_token_line_is_found_in_a_log_tail() -> None:
     tail = ('{"level": "INFO", "message": "starting"}\n'
             "dbworker[DatabaseUnreachable]: database unreachable: connection refused\n")
-    last = conditions.termination({"exitCode": 3, "message": tail})
-    assert last == conditions.Termination(3, "DatabaseUnreachable", "dbworker: database unreachable: connection refused")
-    plain = conditions.termination({"exitCode": 2, "message": " dbworker: bad --concurrency \n"})
-    assert plain == conditions.Termination(2, None, "dbworker: bad --concurrency")
+    last = problems.termination({"exitCode": 3, "message": tail})
+    assert last == problems.Termination(3, "DatabaseUnreachable", "dbworker: database unreachable: connection refused")
+    plain = problems.termination({"exitCode": 2, "message": " dbworker: bad --concurrency \n"})
+    assert plain == problems.Termination(2, None, "dbworker: bad --concurrency")
 
 
 def test_the_operator_reads_every_reason_the_command_writes() -> None:
     """The contract between the pods and the operator: the `dbworker` command's own termination line."""
     termination = pytest.importorskip("dbworker.pod.termination")
-    assert set(termination.REASONS) == conditions.TOKENS
+    assert set(termination.REASONS) == problems.TOKENS
     line = termination.termination_line("unknown worker 'resize' (--worker)", termination.UNKNOWN_WORKER)
-    last = conditions.termination({"exitCode": termination.EXIT_USAGE, "message": line + "\n"})
+    last = problems.termination({"exitCode": termination.EXIT_USAGE, "message": line + "\n"})
     assert (last.token, last.message) == ("UnknownWorker", termination.stderr_line("unknown worker 'resize' (--worker)"))
 
 
@@ -152,7 +153,7 @@ def test_pod_messages_never_carry_passwords() -> None:
     tail = ('{"level": "ERROR", "message": "connect failed: postgresql://app:p@ss@db.media.svc/app"}\n'
             "psycopg.OperationalError: connection failed: password=hunter2 host=db\n"
             "dbworker[DatabaseUnreachable]: database unreachable: mysql+pymysql://root:a@b:c@db:3306/app")
-    [found] = conditions.pod_problems([_pod("a", waiting="CrashLoopBackOff", code=3, message=tail)], image="i")
+    [found] = problems.pod_problems([_pod("a", waiting="CrashLoopBackOff", code=3, message=tail)], image="i")
     assert "***@db:3306/app" in found.message and "a@b" not in found.message and "b:c" not in found.message
     masked = redact.message(tail)
     for secret in ("hunter2", "p@ss", "ss@db", "a@b:c"):
@@ -160,12 +161,12 @@ def test_pod_messages_never_carry_passwords() -> None:
     assert "password=***" in masked and "app:***@db.media.svc/app" in masked
     waiting = _pod("b", waiting="CreateContainerConfigError")
     waiting["status"]["containerStatuses"][0]["state"]["waiting"]["message"] = "bad env password=hunter2"
-    [config_error] = conditions.pod_problems([waiting], image="i")
+    [config_error] = problems.pod_problems([waiting], image="i")
     assert "hunter2" not in config_error.message and "password=***" in config_error.message
 
 
 def test_recovered_containers_are_not_problems() -> None:
-    assert conditions.pod_problems([_pod("a", code=3, message="gone", ready=True)], image="x") == []
+    assert problems.pod_problems([_pod("a", code=3, message="gone", ready=True)], image="x") == []
 
 
 def _observed(**kw: Any) -> conditions.Observed:
@@ -196,12 +197,12 @@ def test_status_ready_progressing_degraded() -> None:
     creating = conditions.status(_observed())
     assert _conds(creating)["Progressing"] == ("True", "Creating")
     bad = conditions.status(_observed(deployment=_deployment(2),
-                                      problems=[conditions.Problem("SecretNotFound", "create it")]))
+                                      problems=[problems.Problem("SecretNotFound", "create it")]))
     assert _conds(bad)["Degraded"] == ("True", "SecretNotFound") and _conds(bad)["Ready"] == ("False", "SecretNotFound")
     zero = conditions.status(_observed(desired_replicas=0, deployment=_deployment(0, replicas=0)))
     assert _conds(zero)["Ready"] == ("True", "ScaledToZero")
     scaling = conditions.status(_observed(autoscaling_requested=True,
-                                          autoscaling=conditions.Problem("KEDANotInstalled", "install KEDA")))
+                                          autoscaling=problems.Problem("KEDANotInstalled", "install KEDA")))
     assert _conds(scaling)["AutoscalingActive"] == ("False", "KEDANotInstalled")
 
 
@@ -228,19 +229,19 @@ def test_redact_hides_passwords_and_bounds_length() -> None:
 
 
 def test_apply_failures_are_masked() -> None:
-    problem = conditions.apply_failed(kinds.DEPLOYMENT, "w", "env value postgresql://app:hunter2@db/app invalid")
+    problem = problems.apply_failed(kinds.DEPLOYMENT, "w", "env value postgresql://app:hunter2@db/app invalid")
     assert problem.reason == "ApplyFailed" and "hunter2" not in problem.message
     assert problem.message.startswith("the API server rejected Deployment w: ")
 
 
 def test_secret_problems_name_the_fix() -> None:
     parsed = spec.parse(samples.minimal())
-    missing = conditions.secret_problem(parsed, None)
+    missing = problems.secret_problem(parsed, None)
     assert missing is not None and missing.reason == "SecretNotFound" and "create secret generic imgdedup-db" in missing.message
-    no_key = conditions.secret_problem(parsed, {"data": {"other": "eA=="}})
+    no_key = problems.secret_problem(parsed, {"data": {"other": "eA=="}})
     assert no_key is not None and no_key.reason == "SecretKeyMissing" and "spec.database.urlSecretRef.key" in no_key.message
-    assert conditions.secret_problem(parsed, {"data": {"url": "eA=="}}) is None
-    assert conditions.secret_problem(parsed, {"stringData": {"url": "x"}}) is None
+    assert problems.secret_problem(parsed, {"data": {"url": "eA=="}}) is None
+    assert problems.secret_problem(parsed, {"stringData": {"url": "x"}}) is None
 
 
 def test_observe_decides_the_replicas_and_the_add_on_conditions() -> None:
@@ -263,10 +264,10 @@ def test_observe_decides_the_replicas_and_the_add_on_conditions() -> None:
     assert scaled.desired_replicas == 4 and scaled.autoscaling is None and scaled.monitoring is None
     assert scaled.autoscaling_requested and scaled.monitoring_requested
     unparsed = conditions.observe(body, spec=None, capabilities=everything,
-                                  problems=[conditions.invalid_spec(spec.SpecError("spec.app: bad"))],
+                                  problems=[problems.invalid_spec(spec.SpecError("spec.app: bad"))],
                                   deployment=keda_dep, pods=(), backlog=None, now="now")
     assert unparsed.desired_replicas == 4 and not unparsed.autoscaling_requested and unparsed.image == ""
-    assert unparsed.problems[0] == conditions.Problem("InvalidSpec", "spec.app: bad")
+    assert unparsed.problems[0] == problems.Problem("InvalidSpec", "spec.app: bad")
     assert conditions.desired_replicas(None, everything, None) == 0
 
 
@@ -282,7 +283,7 @@ def test_status_patch_removes_a_backlog_no_pod_reported() -> None:
 def test_events_say_what_changed_once() -> None:
     fine = conditions.status(_observed(deployment=_deployment(2)))
     bad = conditions.status(_observed(deployment=_deployment(2),
-                                      problems=[conditions.Problem("SecretNotFound", "create it")]))
+                                      problems=[problems.Problem("SecretNotFound", "create it")]))
     assert conditions.events(fine, fine, ["Created Deployment w"]) == [
         conditions.Event("Normal", "Applied", "Created Deployment w")]
     assert conditions.events(fine, bad, []) == [conditions.Event("Warning", "SecretNotFound", "create it")]
@@ -458,17 +459,17 @@ def test_passwords_never_reach_status_or_events() -> None:
 def test_status_fits_the_crds_condition_schema() -> None:
     """metav1.Condition's required fields, lengths and patterns, for every condition the operator writes."""
     import jsonschema
-    from dbworker_operator import crd
+    from dbworker_operator import crd, rules
 
     body = samples.with_spec(samples.full(), replicas=1, disruptionBudget={"minAvailable": 1})
     parsed = spec.parse(body)
     observed = conditions.observe(body, spec=parsed, capabilities=kinds.Capabilities(), problems=[
-        conditions.Problem("ApplyFailed", "x" * 40_000)], deployment=None, pods=(), backlog=3, now="2026-01-01T00:00:00Z")
+        problems.Problem("ApplyFailed", "x" * 40_000)], deployment=None, pods=(), backlog=3, now="2026-01-01T00:00:00Z")
     status = conditions.status(observed)
     assert {c["type"] for c in status["conditions"]} == {
         "Degraded", "Ready", "Progressing", "AutoscalingActive", "PodMonitorActive", "DrainBlocked"}
     jsonschema.Draft4Validator(crd.status_schema()).validate(status)
-    assert all(len(c["message"]) <= crd.CONDITION_MESSAGE_MAX for c in status["conditions"])
+    assert all(len(c["message"]) <= rules.CONDITION_MESSAGE_MAX for c in status["conditions"])
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft4Validator(crd.status_schema()).validate(
             {"conditions": [{"type": "Ready", "status": "True"}]})
@@ -529,13 +530,13 @@ def test_a_missing_secret_or_key_is_read_from_the_pods_when_secrets_are_not_read
     """The kubelet's CreateContainerConfigError texts give the same reasons the Secret check would."""
     ref = spec.SecretRef("imgdedup-db", "url")
     gone = _waiting("a", "CreateContainerConfigError", 'secret "imgdedup-db" not found')
-    [problem] = conditions.pod_problems([gone], image="i", secret=ref, namespace="apps")
-    assert problem == conditions.secret_not_found(ref, "apps")
+    [problem] = problems.pod_problems([gone], image="i", secret=ref, namespace="apps")
+    assert problem == problems.secret_not_found(ref, "apps")
     keyless = _waiting("a", "CreateContainerConfigError", "couldn't find key url in Secret apps/imgdedup-db")
-    [problem] = conditions.pod_problems([keyless], image="i", secret=ref, namespace="apps")
+    [problem] = problems.pod_problems([keyless], image="i", secret=ref, namespace="apps")
     assert problem.reason == "SecretKeyMissing" and "spec.database.urlSecretRef.key" in problem.message
     other = _waiting("a", "CreateContainerConfigError", 'secret "user-env" not found')  # an envFrom of the user's
-    [problem] = conditions.pod_problems([other], image="i", secret=ref, namespace="apps")
+    [problem] = problems.pod_problems([other], image="i", secret=ref, namespace="apps")
     assert problem.reason == "ContainerConfigError" and "runAsUser" in problem.message
 
 

@@ -30,7 +30,8 @@ import re
 from typing import Any
 
 from dbworker_operator import budget, kinds, labels
-from dbworker_operator.spec import DatabaseTrigger, SqlSource, WorkerSpec
+from dbworker_operator.autoscaling_spec import DatabaseTrigger, SqlSource
+from dbworker_operator.spec import WorkerSpec
 
 POLLING_SECONDS = 15
 # Scale-in pacing when the spec sets no autoscaling.behavior: after five minutes of less work,
@@ -89,7 +90,7 @@ def slots_per_pod(spec: WorkerSpec) -> int:
 
 
 def _quote(kind: str, name: str) -> str:
-    # Names are plain (crd.SQL_NAME_PATTERN): quoting keeps their case and any reserved word.
+    # Names are plain (rules.SQL_NAME_PATTERN): quoting keeps their case and any reserved word.
     return f"`{name}`" if kind == "mysql" else f'"{name}"'
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dbworker_operator import crd, kinds, labels
+from dbworker_operator import kinds, labels, rules
 from dbworker_operator.builders import deployment
 from dbworker_operator.spec import ROLLOUT_SURGE, WorkerSpec
 
@@ -30,7 +30,7 @@ OWN_ENV = ("DBWORKER_CONSOLE_TOKEN", "DBWORKER_READ_ONLY", "DBWORKER_HOST", "DBW
 
 def name(spec: WorkerSpec) -> str:
     """The console's Deployment and Service name (spec.py checks it is a DNS-1035 label)."""
-    return spec.name + crd.CONSOLE_SUFFIX
+    return spec.name + rules.CONSOLE_SUFFIX
 
 
 def selector(spec: WorkerSpec) -> dict[str, str]:
@@ -62,9 +62,9 @@ def container(spec: WorkerSpec) -> dict[str, Any]:
         "name": CONTAINER,
         "image": spec.image,
         # Listens on every address of the pod: the token is required there (spec.py insists on one).
-        "command": ["dbworker", "console", spec.app, "--host", "0.0.0.0", "--port", str(crd.CONSOLE_PORT)],
+        "command": ["dbworker", "console", spec.app, "--host", "0.0.0.0", "--port", str(rules.CONSOLE_PORT)],
         "env": env(spec),
-        "ports": [{"name": PORT_NAME, "containerPort": crd.CONSOLE_PORT, "protocol": "TCP"}],
+        "ports": [{"name": PORT_NAME, "containerPort": rules.CONSOLE_PORT, "protocol": "TCP"}],
         "securityContext": deployment.container_security_context(spec),
         "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "FallbackToLogsOnError",

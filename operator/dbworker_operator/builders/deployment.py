@@ -48,6 +48,10 @@ def dbworker_env(spec: WorkerSpec) -> list[dict[str, Any]]:
                         ("DBWORKER_MAX_POLL_SECONDS", spec.max_poll_seconds)):
         if value is not None:
             env.append({"name": name, "value": _number(value)})
+    if spec.log_level is not None:
+        env.append({"name": "DBWORKER_LOG_LEVEL", "value": spec.log_level})
+    if not spec.wakeup_triggers:
+        env.append({"name": "DBWORKER_NO_WAKEUP_TRIGGERS", "value": "true"})
     # The user's variables come last so they can add to ours; ours win on a clash of names
     # because Kubernetes takes the last definition, so drop theirs where they repeat ours.
     ours = {item["name"] for item in env}
@@ -56,7 +60,7 @@ def dbworker_env(spec: WorkerSpec) -> list[dict[str, Any]]:
 
 
 def container_security_context(spec: WorkerSpec) -> dict[str, Any]:
-    """The hardened container context, with the fields the spec may set (crd.py lists them:
+    """The hardened container context, with the fields the spec may set (schemas.py lists them:
     user, group, seccomp profile). What `restricted` requires is never the spec's to change."""
     return {
         "seccompProfile": {"type": "RuntimeDefault"},
