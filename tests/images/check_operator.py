@@ -3,16 +3,10 @@ emulator it serves its probe and metrics and turns a Worker into the hardened De
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
-import pytest
 
 from tests.images import podman
-from tests.k8s.emulator import running
-from tests.k8s.harness import DEPLOYMENTS, NS, Operator, admission
+from tests.k8s.harness import DEPLOYMENTS, Operator
 
 
 def test_a_bad_setting_exits_2_naming_it(images: dict[str, str]) -> None:
@@ -20,27 +14,6 @@ def test_a_bad_setting_exits_2_naming_it(images: dict[str, str]) -> None:
                            images["operator"], check=False)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "DBWORKER_OPERATOR_METRICS_PORT" in result.stderr
-
-
-@pytest.fixture
-def op(images: dict[str, str], tmp_path: Path) -> Iterator[Operator]:
-    name = podman.PREFIX + secrets.token_hex(4)
-    # The harness's settings (DBWORKER_OPERATOR_*, KUBECONFIG) pass from podman's environment;
-    # the kubeconfig's folder is mounted at its own path, readable by the image's user. Host
-    # network: the emulator is on loopback.
-    tmp_path.chmod(0o755)
-    command = ["podman", "run", "--rm", f"--name={name}", *podman.hardened(volumes={str(tmp_path): str(tmp_path)}),
-               "--env=DBWORKER_OPERATOR_*", "--env=KUBECONFIG", images["operator"]]
-    with running(validators=admission()) as emulator:
-        operator = Operator(emulator, tmp_path, env={"DBWORKER_OPERATOR_SECRET_NAMESPACES": NS}, command=command)
-        try:
-            operator.wait_live()
-            yield operator
-        finally:
-            operator.stop()  # SIGTERM to `podman run`, which passes it to the container
-            podman.podman("rm", "--force", "--time=0", name, check=False)
-        assert operator.process.returncode == 0, operator.log()[-3000:]
-        assert not operator.error_lines(), "\n".join(operator.error_lines())
 
 
 def test_it_serves_probes_and_metrics_and_builds_the_hardened_deployment(op: Operator) -> None:
