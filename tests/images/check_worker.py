@@ -56,8 +56,9 @@ def test_migrate_then_run_processes_real_work_hardened(images: dict[str, str], p
         worker.wait_for(lambda: _count(pg, sa.select(sa.func.count()).select_from(models.ImageHash)) == len(uploads),
                         f"{len(uploads)} images hashed")
         assert worker.value("dbworker_executions_total", worker="hash", outcome="finished") == len(uploads)
-        worker.stop(grace=60)
+        stop = worker.stop(grace=60)
         assert worker.wait() == 0, worker.logs()[-3000:]
+        stop.wait(30)
     finally:
         worker.remove()
 

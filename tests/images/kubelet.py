@@ -210,8 +210,7 @@ class Kubelet:
 
     def _observe(self, pod: Pod) -> None:
         """Restart an exited container, retry a waiting pod, report the pod's status."""
-        if pod.container is not None and podman.podman("inspect", "--format={{.State.Running}}",
-                                                        pod.container).stdout.strip() != "true":
+        if pod.container is not None and not podman.alive(pod.container):
             code = int(podman.podman("wait", pod.container).stdout.strip())
             pod.exits.append(code)
             pod.last_terminated = self._terminated(pod, code)
@@ -244,8 +243,7 @@ class Kubelet:
 
     def _reap(self, pod: Pod) -> None:
         if pod.container is not None:
-            if podman.podman("inspect", "--format={{.State.Running}}", pod.container,
-                             check=False).stdout.strip() == "true":
+            if podman.alive(pod.container):
                 return
             pod.exits.append(int(podman.podman("wait", pod.container).stdout.strip()))
             podman.podman("rm", "--force", pod.container, check=False)

@@ -96,6 +96,13 @@ def build(dockerfile: str, tag: str, workdir: Path) -> None:
            *pip_build_options(workdir), f"--tag={tag}", str(ROOT), timeout=900)
 
 
+def alive(container: str) -> bool:
+    """Running, or stopping (podman's state while `podman stop` waits: .State.Running is false
+    then, though the process still drains)."""
+    result = podman("inspect", "--format={{.State.Status}}", container, check=False)
+    return result.stdout.strip() in ("running", "stopping")
+
+
 def image_size(tag: str) -> int:
     return int(podman("image", "inspect", "--format={{.Size}}", tag).stdout.strip())
 
@@ -171,7 +178,7 @@ class Container:
         return podman("inspect", f"--format={template}", self.name).stdout.strip()
 
     def running(self) -> bool:
-        return self.inspect("{{.State.Running}}") == "true"
+        return alive(self.name)
 
     def proc_status(self) -> dict[str, str]:
         """/proc/<pid>/status of the container's main process, read from the host."""
