@@ -253,7 +253,7 @@ class Kubelet:
 
     def containers(self, deployment: str) -> list[str]:
         """Names of the running containers of ``deployment``'s pods."""
-        return [p.container for p in self.pods.values() if p.deployment == deployment and p.container
+        return [p.container for p in list(self.pods.values()) if p.deployment == deployment and p.container
                 and not p.stopping]
 
     def close(self) -> None:
