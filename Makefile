@@ -52,3 +52,9 @@ crd: $(STAMP)
 
 clean:
 	rm -rf $(VENV)
+
+# The shipped images built with podman and checked from outside (docs/images.md): Debian's
+# podman, runc and debootstrap are installed when missing, the Debian base is made once.
+.PHONY: test-images
+test-images: $(STAMP)
+	PY=$(PY) bash tests/images/run.sh $(IMAGES_PYTEST_ARGS)

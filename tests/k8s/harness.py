@@ -97,7 +97,8 @@ class Operator:
     """The operator process plus an HTTP client acting as kubectl."""
 
     def __init__(self, emulator: EmulatorThread, tmp: Path, *, priority: int = 100,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, command: list[str] | None = None) -> None:
+        """``command`` runs the operator another way (tests/images: its image, under podman)."""
         self.emulator = emulator
         self.api = httpx.Client(base_url=emulator.url, timeout=10)
         self.liveness_port = free_port()
@@ -119,7 +120,7 @@ class Operator:
         # kopf requires its peering object to exist; a cluster admin (or the chart) creates it.
         self.api.post("/apis/kopf.dev/v1/clusterkopfpeerings", json={"metadata": {"name": "dbworker-operator"}})  # 409 if there
         self._log = self.log_path.open("w")
-        self.process = subprocess.Popen([sys.executable, "-m", "dbworker_operator"], env=process_env,
+        self.process = subprocess.Popen(command or [sys.executable, "-m", "dbworker_operator"], env=process_env,
                                         stdout=self._log, stderr=subprocess.STDOUT)
 
     def stop(self) -> None:
