@@ -15,12 +15,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
+from dbworker import tuning
 from dbworker.sql import changes
 
 # Payloads on the ``dbworker`` channel:
-# - ``rows:<table> <keys>``: sent once per inserting or updating statement by the opt-in
-#   trigger ``install_triggers`` puts on a source table, naming the changed rows' keys as
-#   PostgreSQL writes them as text, in a JSON array, up to ``MAX_NAMED_ROWS`` of them;
+# - ``rows:<table> <keys>``: sent once per inserting or updating statement by the trigger
+#   ``install_triggers`` puts on a source table (by default, at every migration), naming
+#   the changed rows' keys as PostgreSQL writes them as text, in a JSON array, up to
+#   ``MAX_NAMED_ROWS`` of them;
 # - ``<table>`` alone: more rows than that;
 # - ``again:<table> <key>``: an item claimable again (given back by a coordinator, or reset
 #   after it failed) that other pods' sweeps may have passed; unlike a row change it is
@@ -34,15 +36,12 @@ AGAIN = "again"  # + ":<table> <key>"
 ROWS = "rows"  # + ":<table> <JSON array of keys>"
 FUNCTION = "dbworker_notify"  # + "_<table>": one per source table, with its key column built in
 TRIGGER = "dbworker_notify"  # on INSERT; + "_update" on UPDATE (one event per trigger with transition tables)
-MAX_ANNOUNCED_KEYS = 64  # per worker and batch; more are announced as "done:<worker>" alone
-# Rows a claim loop takes by key at once; more named between two claims make it sweep from
-# the start instead (so announcing more than one past this changes nothing).
-MAX_NAMED_ROWS = 64
+MAX_NAMED_ROWS = tuning.MAX_NAMED_ROWS  # keys a payload names at most (the reason: ``tuning``)
 _TRANSITION_TABLE = "dbworker_rows"  # the trigger's name for the statement's new rows
 
 
 def trigger_statements(conn: sa.Connection, table: sa.Table) -> list[str]:
-    """DDL for the opt-in triggers on ``table``: one notification per statement, naming its rows.
+    """DDL for the wake-up triggers on ``table``: one notification per statement, naming its rows.
 
     The keys let a coordinator claim exactly those rows, wherever its claim sweep stands: a
     row enabled (or inserted) below the sweep's cursor is found at once, not at the next
@@ -244,7 +243,7 @@ def add_ended(ended: dict[str, set[str] | None], worker: str, key: str | None) -
     """Add an ended item of ``worker`` (``key`` as text) to a batch of announcements: its
     keys, or None for "some" (too many, or a key without a text form)."""
     keys = ended.get(worker, set())
-    if keys is not None and key is not None and len(keys) < MAX_ANNOUNCED_KEYS:
+    if keys is not None and key is not None and len(keys) < tuning.MAX_ANNOUNCED_KEYS:
         keys.add(key)
         ended[worker] = keys
     else:

@@ -7,6 +7,7 @@ import types
 import pytest
 import sqlalchemy as sa
 
+from dbworker import tuning
 from dbworker.sql import notify
 from tests.sql import samples
 
@@ -61,7 +62,7 @@ def test_ended_items_are_batched_by_key_up_to_a_limit_then_as_some() -> None:
     notify.add_ended(ended, "a", "2")
     notify.add_ended(ended, "b", None)  # a key without a text form
     assert ended == {"a": {"1", "2"}, "b": None}
-    for i in range(notify.MAX_ANNOUNCED_KEYS + 1):  # one more than a batch names
+    for i in range(tuning.MAX_ANNOUNCED_KEYS + 1):  # one more than a batch names
         notify.add_ended(ended, "c", str(i))
     assert ended["c"] is None
     notify.add_ended(ended, "b", "3")  # "some" stays "some"
