@@ -37,6 +37,12 @@ class Capabilities:
 
     # --- what the claim path and the wake-ups do on this server, by name -------------------
     @property
+    def embedded(self) -> bool:
+        """The database is a file the process opens itself (SQLite): its own catalog
+        (``sqlite_master``) and trigger syntax, and no server to notify or wait on."""
+        return self.name == "sqlite"
+
+    @property
     def notifies(self) -> bool:
         """LISTEN/NOTIFY carry wake-ups (PostgreSQL); elsewhere the change table does."""
         return self.name == "postgresql"
@@ -45,7 +51,7 @@ class Capabilities:
     def watches_commits(self) -> bool:
         """Another connection's commit is seen on a file's ``PRAGMA data_version`` (SQLite):
         a watcher thread wakes the loops, and the file runs in WAL mode."""
-        return self.name == "sqlite"
+        return self.embedded
 
     @property
     def keys_as_text(self) -> bool:
@@ -64,16 +70,6 @@ class Capabilities:
         """A whole claim round is one autocommitted statement (PostgreSQL 13+: its tokens are
         made by the server)."""
         return self.name == "postgresql" and self.gen_random_uuid
-
-    @property
-    def read_committed(self) -> bool:
-        """dbworker's own transactions switch to READ COMMITTED (MySQL/MariaDB: no gap locks)."""
-        return self.name in ("mysql", "mariadb")
-
-    @property
-    def autocommit_reads(self) -> bool:
-        """Reads of a few rows run in autocommit, one round trip each (PostgreSQL)."""
-        return self.name == "postgresql"
 
     def now(self) -> ColumnElement[dt.datetime]:
         """The server's current time as naive UTC."""

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from dbworker import tuning
-from dbworker.sql import changes
+from dbworker.sql import changes, dialects
 
 # Payloads on the ``dbworker`` channel:
 # - ``rows:<table> <keys>``: sent once per inserting or updating statement by the trigger
@@ -136,7 +136,7 @@ def install_triggers(conn: sa.Connection, tables: Iterable[sa.Table]) -> list[st
     Looks first: a table whose two triggers exist and whose function has the current body
     is left alone, so a start or ``migrate`` that finds them in place takes no lock on it.
     """
-    if conn.dialect.name != "postgresql":
+    if not dialects.of(conn).notifies:
         return []
     done = []
     for table in tables:
@@ -167,7 +167,7 @@ def installed(conn: sa.Connection, table: sa.Table) -> bool:
 
 def drop_triggers(conn: sa.Connection, tables: Iterable[sa.Table]) -> list[str]:
     """Remove the wake-up triggers and their functions (the opt-out); return what was done."""
-    if conn.dialect.name != "postgresql":
+    if not dialects.of(conn).notifies:
         return []
     prep = conn.dialect.identifier_preparer
     done = []
@@ -198,7 +198,7 @@ def announce_rows(conn: sa.Connection, table: str, keys: Iterable[Any]) -> None:
     payloads = [f"{AGAIN}:{table} {text}" for text, _ in zip(texts, range(MAX_NAMED_ROWS + 1), strict=False)]
     if not payloads:
         return
-    if conn.dialect.name != "postgresql":
+    if not dialects.of(conn).notifies:
         try:
             changes.write(conn, payloads)  # read by the other coordinators' change feeds
         except sa.exc.DBAPIError:
@@ -214,7 +214,7 @@ def announce_table(conn: sa.Connection, table: str) -> None:
     naming no row: their loops look behind their cursors). Sent with ``conn``'s
     transaction; elsewhere written to the change table.
     """
-    if conn.dialect.name == "postgresql":
+    if dialects.of(conn).notifies:
         conn.execute(sa.select(sa.func.pg_notify(CHANNEL, table)))
         return
     try:

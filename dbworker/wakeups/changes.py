@@ -26,7 +26,7 @@ from sqlalchemy.engine import Engine
 
 from dbworker import redact, tuning
 from dbworker.backoff import Backoff
-from dbworker.sql import changes, notify
+from dbworker.sql import changes, dialects, notify
 from dbworker.sql.dialects import connect
 
 log = logging.getLogger("dbworker")
@@ -64,7 +64,7 @@ class ChangeFeed:
         # SQLite's data_version watcher calls read_now at each commit it sees: the thread
         # only writes announcements there. Elsewhere it holds one autocommitted connection:
         # a read is one statement, with no pool checkout around it.
-        poll = self._engine.dialect.name != "sqlite"
+        poll = not dialects.capabilities(self._engine.dialect).watches_commits
         errors = Backoff(tuning.RECONNECT_FIRST_WAIT, tuning.RECONNECT_MAX_WAIT, jitter=0.5)
         while not self._stop.is_set():
             try:
