@@ -17,7 +17,7 @@ STOP_MARGIN_SECONDS = 5.0
 # observers it is draining: a loop stuck in a database call may not answer.
 STOP_SEEN_SECONDS = 5.0
 
-# --- wake-ups: payloads (sql.notify) -----------------------------------------------------------
+# --- wake-ups: payloads (sql.notify, wakeups.outbox) ---------------------------------------
 # Rows a claim loop takes by key at once, and so the most a notification or a change row
 # names; more named between two claims make it sweep from the start instead (so naming more
 # than one past this changes nothing). 64 keys fit a NOTIFY payload (8000 bytes) easily.

@@ -7,7 +7,6 @@ thread that listens and hands payloads to the router is ``wakeups.postgres``'.
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -237,46 +236,6 @@ def announce_done(driver_conn: Any, ended: dict[str, set[str] | None]) -> None:
         "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
         (CHANNEL, done_payloads(ended)),
     )
-
-
-def add_ended(ended: dict[str, set[str] | None], worker: str, key: str | None) -> None:
-    """Add an ended item of ``worker`` (``key`` as text) to a batch of announcements: its
-    keys, or None for "some" (too many, or a key without a text form)."""
-    keys = ended.get(worker, set())
-    if keys is not None and key is not None and len(keys) < tuning.MAX_ANNOUNCED_KEYS:
-        keys.add(key)
-        ended[worker] = keys
-    else:
-        ended[worker] = None
-
-
-def merge_ended(into: dict[str, set[str] | None], ended: dict[str, set[str] | None]) -> None:
-    """Add a batch back into ``into`` (one whose announcement failed: sent with the next)."""
-    for worker, keys in ended.items():
-        for key in keys if keys is not None else [None]:
-            add_ended(into, worker, key)
-
-
-class EndedBatch:
-    """Ended items waiting to be announced, by worker (any thread): the listener's and the
-    change feed's. ``take`` empties it; a batch whose announcement failed is ``put_back``."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._ended: dict[str, set[str] | None] = {}
-
-    def add(self, worker: str, key: str | None) -> None:
-        with self._lock:
-            add_ended(self._ended, worker, key)
-
-    def take(self) -> dict[str, set[str] | None]:
-        with self._lock:
-            ended, self._ended = self._ended, {}
-        return ended
-
-    def put_back(self, ended: dict[str, set[str] | None]) -> None:
-        with self._lock:
-            merge_ended(self._ended, ended)
 
 
 def done_payloads(ended: dict[str, set[str] | None]) -> list[str]:

@@ -28,6 +28,7 @@ from dbworker import redact, tuning
 from dbworker.backoff import Backoff
 from dbworker.sql import changes, dialects, notify
 from dbworker.sql.dialects import connect
+from dbworker.wakeups import outbox
 
 log = logging.getLogger("dbworker")
 
@@ -45,7 +46,7 @@ class ChangeFeed:
         self._seen: int | None = None  # highest id read (None: not read yet)
         self._gaps: dict[int, float] = {}  # ids below it not seen yet -> when first missed
         self._marks: list[tuple[float, int]] = []  # (when, seen then): for pruning
-        self._ended = notify.EndedBatch()  # done announcements, as the Listener's
+        self._ended = outbox.EndedBatch()  # done announcements, as the Listener's
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="dbworker-changes", daemon=True)
 

@@ -16,7 +16,7 @@ from sqlalchemy.engine import Engine
 
 from dbworker import tuning
 from dbworker.sql import notify
-from dbworker.wakeups import connection
+from dbworker.wakeups import connection, outbox
 
 
 class Listener:
@@ -37,7 +37,7 @@ class Listener:
         self._announce = threading.Event()
         # Ended items to announce, by worker: their keys, or None for "some" (too many, or
         # keys without a text form).
-        self._ended = notify.EndedBatch()
+        self._ended = outbox.EndedBatch()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
