@@ -18,9 +18,9 @@ STOP_MARGIN_SECONDS = 5.0
 STOP_SEEN_SECONDS = 5.0
 
 # --- wake-ups: payloads (sql.notify, wakeups.outbox) ---------------------------------------
-# Rows a claim loop takes by key at once, and so the most a notification or a change row
-# names; more named between two claims make it sweep from the start instead (so naming more
-# than one past this changes nothing). 64 keys fit a NOTIFY payload (8000 bytes) easily.
+# Rows a claim loop takes by key at once, and so the most a notification names; more named
+# between two claims make it sweep from the start instead (so naming more than one past
+# this changes nothing). 64 keys fit a NOTIFY payload (8000 bytes) easily.
 MAX_NAMED_ROWS = 64
 # Ended items' keys per worker in one batch of "done:" announcements; more are announced as
 # "done:<worker>" alone (the waiters sweep), which bounds a batch after a burst of ends.
@@ -50,8 +50,8 @@ MAX_GAPS = 1024
 # Ids below the top missing when a reader starts, looked for as gaps: rows of transactions
 # still open when it started.
 START_GAPS = 64
-# Rows are kept this long for readers, then pruned by any reader: a coordinator that paused
-# longer sweeps instead.
+# Rows are kept this long for readers, then pruned by any reader (all but the newest): a
+# minute is far beyond a read's interval (POLL_SECONDS), so only a stalled reader misses rows.
 KEEP_SECONDS = 60.0
 # Rows one read hands on at most; more and the loops sweep instead (a wake-up naming no row).
 READ_LIMIT = 512
