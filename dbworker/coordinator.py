@@ -1,8 +1,10 @@
-"""The ``Coordinator`` facade: settings checks, registration, start/stop, status calls.
+"""The ``Coordinator`` facade: registration, status calls, start/stop wiring.
 
-It validates everything an application hands it before anything runs, then wires one
-``WorkerLoop`` per worker and one ``LeaseKeeper``; the loops own the handler processes.
-Status reads and the ``has_execution_status`` expression are thin calls into ``status``.
+It has ``settings`` validate everything an application hands it before anything runs
+and ``startup`` check the database, then wires one ``WorkerLoop`` per worker, one
+``LeaseKeeper`` and the wake-up services ``wakeups.services`` picks for the database; the
+loops own the handler processes. Status reads and the ``has_execution_status``
+expression are thin calls into ``status``.
 """
 
 from __future__ import annotations
@@ -11,33 +13,24 @@ import atexit
 import dataclasses
 import datetime as dt
 import logging
-import os
-import pickle
 import threading
-import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
-from sqlalchemy.pool import NullPool
 
-from dbworker import logs, redact, settings
-from dbworker.child import ChildConfig
+from dbworker import backlog, redact, running, settings, startup
 from dbworker.contract import Eligible, ExecutionStatus
-from dbworker.leases import LeaseKeeper
 from dbworker.loop import WorkerLoop
 from dbworker.observe import Observer, Observers
 from dbworker.retries import Retry
-from dbworker.schedules import inserter, policy, ticks
-from dbworker.sql import changes as sql_changes
-from dbworker.sql import claims, dialects, notify, pauses, poolers, status, sweeps, tables, upgrade
+from dbworker.schedules import policy, ticks
+from dbworker.sql import dialects, pauses, poolers, status, sweeps, tables, upgrade
 from dbworker.sql.dialects import connect
 from dbworker.sql.due import Due, column_of
-from dbworker.wakeups import changes, postgres, sqlite
-from dbworker.wakeups.router import Router
 from dbworker.workers import (
     RegisteredWorker,
     WorkerViews,
@@ -52,17 +45,7 @@ log = logging.getLogger("dbworker")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-STOP_MARGIN_SECONDS = 5.0  # after a stop deadline: time to end processes and give claims back
-STOP_SEEN_SECONDS = 5.0  # at most this long stop() waits for loops to end a claim under way
-
-_running: weakref.WeakSet[Coordinator] = weakref.WeakSet()
-
-
-def _is_memory_sqlite(url: URL) -> bool:
-    if url.get_backend_name() != "sqlite":
-        return False
-    database = url.database or ""
-    return database in ("", ":memory:") or "mode=memory" in database or url.query.get("mode") == "memory"
+_live: weakref.WeakSet[Coordinator] = weakref.WeakSet()  # started, not stopped: aborted at exit
 
 
 class Coordinator:
@@ -89,17 +72,9 @@ class Coordinator:
         """
         if not callable(session_factory):
             raise ValueError("session_factory must be the application's sessionmaker (a callable returning a Session)")
-        try:
-            self._url = make_url(database_url)
-        except Exception as exc:
-            raise ValueError(
-                f"database_url is not a database URL ({type(exc).__name__}); use e.g. "
-                "'postgresql+psycopg://user@host/db' or 'sqlite:///path/to/file.db'"
-            ) from None
-        if engine_options is not None and not isinstance(engine_options, Mapping):
-            raise ValueError(f"engine_options must be a dict of create_engine() options, got {type(engine_options).__name__}")
+        self._url = settings.database_url(database_url)
         self._session_factory = session_factory
-        self._engine_options = dict(engine_options or {})
+        self._engine_options = settings.engine_options(engine_options)
         self._settings = settings.settings(lease_seconds, poll_seconds, max_poll_seconds)
         self._secrets = redact.url_secrets(self._url)
         self._listen_url: URL | None = None
@@ -112,12 +87,7 @@ class Coordinator:
         self._started = False
         self._stopped = False
         self._abort = threading.Event()
-        self._loops: list[WorkerLoop] = []
-        self._keeper: LeaseKeeper | None = None
-        self._listener: postgres.Listener | None = None
-        self._watcher: sqlite.DataVersionWatcher | None = None
-        self._feed: changes.ChangeFeed | None = None
-        self._ticker: inserter.TickInserter | None = None
+        self._run: running.Running | None = None  # once started
         self._engine: Engine | None = None
 
     # --- settings ------------------------------------------------------------------------
@@ -312,13 +282,15 @@ class Coordinator:
 
     def backlog(self, worker: str, *, cap: int = 1000) -> int:
         """How many items of ``worker`` are claimable now, counting at most ``cap``."""
-        w = self._get(worker)
-        with connect(self.engine) as conn:
-            return status.backlog(conn, w.table, w.key, w.eligible, cap=cap, after=_fleet_low(conn, w))
+        return backlog.count(self.engine, self._get(worker), cap=cap)
 
     def registrations(self) -> list[RegisteredWorker]:
         """Every registered worker, frozen, in registration order."""
         return list(self._registry.values())
+
+    @property
+    def _loops(self) -> list[WorkerLoop]:
+        return [] if self._run is None else self._run.loops
 
     def handler_pids(self) -> list[int]:
         """Process ids of the handler processes of the running loops (for diagnostics and tests)."""
@@ -330,14 +302,13 @@ class Coordinator:
         if not self._started or self._stopped:
             return []
         threads = [(f"loop of worker {loop.worker.name!r}", loop.thread) for loop in self._loops]
-        threads += [("lease keeper", self._keeper.thread)] if self._keeper is not None else []
+        threads += [("lease keeper", self._run.keeper.thread)] if self._run is not None else []
         return [name for name, t in threads if t.ident is not None and not t.is_alive()]  # started, ended
 
     def wake(self, worker: str | None = None) -> None:
         """Have ``worker``'s loop (every loop: None) claim now instead of at its next poll."""
-        for loop in self._loops:
-            if worker is None or loop.worker.name == worker:
-                loop.wake()
+        if self._run is not None:
+            self._run.wake(worker)
 
     def ping(self) -> None:
         """One round trip to the database; raises what the driver raises when it is unreachable."""
@@ -401,139 +372,25 @@ class Coordinator:
         with self._lock:
             if self._started:
                 raise RuntimeError("this coordinator was already started; create a new one to start again")
-            if _is_memory_sqlite(self._url):
-                raise ValueError(
-                    "database_url is an in-memory SQLite database, which handler processes cannot "
-                    "share; use a file, e.g. 'sqlite:///work.db'"
-                )
+            startup.check_shared(self._url)
             names = list(self._registry) if workers is None else list(workers)
             selected = [self._get(n) for n in names]
-            configs = {w.name: self._child_config(w) for w in selected}
-            _check_layout(self.engine, [w.table for w in selected])
+            configs = {w.name: startup.child_config(w, self._url, engine_options=self._engine_options,
+                                                    transaction_pooler=self._transaction_pooler,
+                                                    secrets=self._secrets) for w in selected}  # fmt: skip
+            startup.check_layout(self.engine, [w.table for w in selected])
             self._started = True
         engine = self.engine
-        if engine.dialect.name == "sqlite":
-            _sqlite_wal(engine)
-        _pause_table(engine)
-        # Every registered worker counts, started here or not: other pods start the others.
-        router = Router(self._registry.values())
-        fed = self._fed_sources(engine, [w.key.table for w in selected])
-        hint = poolers.Hint(transaction_pooler=self._transaction_pooler)
-        self._loops = [
-            WorkerLoop(
-                w,
-                engine=engine,
-                settings=self._settings,
-                child_config=configs[w.name],
-                observer=self._observers,
-                on_item_done=router.item_done,
-                secrets=self._secrets,
-                fed=w.key.table.name in fed,
-                shares_source=sum(o.key.table is w.key.table for o in self._registry.values()) > 1,
-                hint=hint,
-            )
-            for w in selected
-        ]
-        router.attach(self._loops)
-        self._listener = self._make_listener(engine, router)
-        if self._listener is not None:
-            router.announce = self._listener.announce_done
-        self._feed = self._make_feed(engine, router, fed)
-        if self._feed is not None:
-            router.announce = self._feed.announce_done
-            self._feed.prime()  # before the loops' first claims: what comes after is in it
-        if engine.dialect.name == "sqlite":
-            # A commit seen: the change table names what changed (every write to a source,
-            # give-backs, resets, ended items others wait for). Without it every loop looks.
-            on_change = router.committed if self._feed is None else self._feed.read_now
-            self._watcher = sqlite.DataVersionWatcher(engine, on_change, secrets=self._secrets)
-        scheduled = [(w.schedule, w.table) for w in selected if w.schedule is not None]
-        if scheduled:
-            self._ticker = inserter.TickInserter(engine, scheduled, wake=self.wake, secrets=self._secrets)
-        self._keeper = LeaseKeeper(
-            self._loops, lease_seconds=self._settings.lease_seconds,
-            observer=self._observers, secrets=self._secrets, hint=hint,
-        )
+        startup.prepare(engine)
+        self._run = running.Running(
+            engine, self._registry.values(), selected, configs, settings=self._settings, observer=self._observers,
+            listen_url=self._listen_url, transaction_pooler=self._transaction_pooler, secrets=self._secrets,
+        )  # fmt: skip
         self._observers.coordinator_started(
             dialect=self.dialect_name, slots={w.name: w.concurrency for w in selected}
         )
-        _running.add(self)
-        for loop in self._loops:
-            loop.start()
-        self._keeper.start()
-        if self._listener is not None:
-            self._listener.start()
-        if self._watcher is not None:
-            self._watcher.start()
-        if self._feed is not None:
-            self._feed.start()
-        if self._ticker is not None:
-            self._ticker.start()
-
-    def _child_config(self, worker: RegisteredWorker) -> ChildConfig:
-        url = self._url.render_as_string(hide_password=False)
-        config = ChildConfig(
-            worker=worker.name,
-            database_url=url,
-            engine_options=(
-                poolers.child_engine_options(self._engine_options, url)
-                if self._transaction_pooler else self._engine_options
-            ),
-            handler=worker.handler,
-            source=worker.source,
-            parent_pid=os.getpid(),
-            log=_child_logging(),
-            retry=worker.retry,
-        )
-        try:
-            pickle.dumps(config)
-        except Exception as exc:
-            raise ValueError(
-                f"worker {worker.name!r}: its handler, source model or engine_options cannot be "
-                f"pickled to handler processes ({redact.describe(exc, self._secrets)}); define "
-                "handlers as module-level functions and pass only plain engine options"
-            ) from None
-        return config
-
-    def _fed_sources(self, engine: Engine, sources: list[sa.Table]) -> set[str]:
-        """Names of the source tables with the wake-up triggers (and a reader for them)."""
-        postgres_listens = self._listens(engine)
-        try:
-            with connect(engine) as conn:
-                if postgres_listens:
-                    return {t.name for t in sources if notify.installed(conn, t)}
-                if engine.dialect.name == "postgresql" or upgrade.missing(engine, [sql_changes.TABLE]):
-                    return set()
-                return {t.name for t in sources if sql_changes.has_triggers(conn, t)}
-        except Exception as exc:  # noqa: BLE001 - polling covers it
-            log.info("dbworker: could not look for the wake-up triggers: %s", redact.describe(exc, self._secrets))
-            return set()
-
-    def _make_feed(self, engine: Engine, router: Router, fed: set[str]) -> changes.ChangeFeed | None:
-        """MySQL/MariaDB and SQLite: the change table's reader, where its triggers are installed."""
-        if engine.dialect.name == "postgresql":
-            return None
-        if not fed:
-            log.info("dbworker: no wake-up triggers on the source tables (`dbworker migrate` installs "
-                     "them): workers poll")  # fmt: skip
-            return None
-        return changes.ChangeFeed(engine, router.notified, router.committed, secrets=self._secrets)
-
-    def _listens(self, engine: Engine) -> bool:
-        """Whether a PostgreSQL listener runs: psycopg, and a session to LISTEN on (not
-        through a transaction pooler unless ``listen_url`` gives a direct one)."""
-        psycopg = engine.dialect.name == "postgresql" and engine.dialect.driver == "psycopg"
-        return psycopg and (self._listen_url is not None or not self._transaction_pooler)
-
-    def _make_listener(self, engine: Engine, router: Router) -> postgres.Listener | None:
-        if not self._listens(engine):
-            if engine.dialect.name == "postgresql" and self._transaction_pooler:
-                log.info(poolers.POLL_ONLY)
-            return None  # polling only
-        if self._listen_url is not None:
-            # A session of its own on the server itself, opened and closed by the listener.
-            engine = sa.create_engine(self._listen_url, poolclass=NullPool)
-        return postgres.Listener(engine, router.notified, secrets=self._secrets, on_resumed=router.committed)
+        _live.add(self)
+        self._run.start()
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop claiming and wait for running handlers to finish.
@@ -542,68 +399,30 @@ class Coordinator:
         their claims given back at once; the call returns within the timeout plus a few
         seconds' margin, whatever the database does.
         """
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0):
-            raise ValueError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
+        timeout = settings.stop_timeout(timeout)
         with self._lock:
-            if not self._started or self._stopped:
+            if self._run is None or self._stopped:
                 return
             self._stopped = True
-        for loop in self._loops:
-            loop.request_stop()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        # Told once no loop claims any more: a claim under way ends first (bounded, as a
-        # loop stuck in a database call may not answer).
-        seen_by = time.monotonic() + (STOP_SEEN_SECONDS if timeout is None else min(STOP_SEEN_SECONDS, timeout))
-        for loop in self._loops:
-            loop.claims_stopped.wait(max(0.0, seen_by - time.monotonic()))
-        self._observers.draining(draining=True)
-        if self._ticker is not None:
-            self._ticker.stop()  # no tick is inserted that a draining fleet would leave unrun
-        while any(loop.alive for loop in self._loops):
-            if self._abort.is_set() or (deadline is not None and time.monotonic() >= deadline):
-                break
-            for loop in self._loops:
-                loop.thread.join(0.05)
-        self._finish()
+        self._run.drain(timeout, self._abort)
+        self._finish(self._run)
 
     def abort(self) -> None:
         """End every running handler now and give its claim back; returns within a few seconds."""
         self._abort.set()
         with self._lock:
-            if not self._started:
+            if self._run is None:
                 return
             first = not self._stopped
             self._stopped = True
         if first:
-            for loop in self._loops:
-                loop.request_stop()
+            self._run.request_stop()
             self._observers.draining(draining=True)
-        self._finish()
+        self._finish(self._run)
 
-    def _finish(self) -> None:
-        for loop in self._loops:
-            if loop.alive:
-                loop.end_running()
-        end = time.monotonic() + STOP_MARGIN_SECONDS
-        for loop in self._loops:
-            loop.thread.join(max(0.0, end - time.monotonic()))
-            if loop.alive:
-                # Stuck in a database call: its handler processes must not outlive us.
-                log.warning("dbworker worker %s: loop did not stop in time; ending its processes", loop.worker.name)
-                loop.pool.kill_all()
-        if self._listener is not None:
-            self._listener.stop()
-        if self._watcher is not None:
-            self._watcher.stop()
-        if self._feed is not None:
-            self._feed.stop()
-        if self._ticker is not None:
-            self._ticker.stop()
-            self._ticker.thread.join(max(0.0, end - time.monotonic()))
-        if self._keeper is not None:
-            self._keeper.stop()
-            self._keeper.thread.join(max(0.0, end - time.monotonic()))
-        _running.discard(self)
+    def _finish(self, run: running.Running) -> None:
+        run.finish()
+        _live.discard(self)
 
     # --- helpers -------------------------------------------------------------------------
     def _get(self, name: str) -> RegisteredWorker:
@@ -621,66 +440,8 @@ class Coordinator:
         return f"<Coordinator {self.database_url} workers={sorted(self._registry)}>"
 
 
-def _check_layout(engine: Engine, work_tables: list[sa.Table]) -> None:
-    """``RuntimeError`` naming the fix when a work table has an older layout than this release's.
-
-    A database that cannot be reached now is not an error here: the loops outlive outages.
-    """
-    try:
-        lacking = upgrade.lacking_columns(engine, work_tables)
-    except Exception as exc:  # noqa: BLE001 - the loops report database errors as they go
-        log.info("dbworker: could not check the work tables' layout: %s", redact.describe(exc))
-        return
-    if lacking:
-        named = upgrade.describe_lacking(lacking)
-        raise RuntimeError(
-            f"work tables need an upgrade ({named}): run `dbworker migrate MODULE:ATTR` or "
-            "coordinator.upgrade_worker_tables() (create_worker_tables() does it too) before start()"
-        )
-
-
-def _fleet_low(conn: Connection, worker: RegisteredWorker) -> Any:
-    """Where the fleet's last wrap of ``worker`` left off, as a key to count after (None:
-    unknown, or above the source's top key, as after the table was emptied)."""
-    try:
-        after = sweeps.after(sweeps.low(conn, worker.name), worker.key)
-        conn.rollback()
-    except sa.exc.DBAPIError:  # no dbworker_sweeps (not migrated): count it all
-        conn.rollback()
-        return None
-    if after is None:
-        return None
-    top = claims.top_key(conn, worker.key)
-    return after if top is not None and after <= top else None
-
-
-def _pause_table(engine: Engine) -> None:
-    # Loops read pauses every second: a database migrated by an older release gets the table
-    # here (idempotent); one that cannot be reached now or refuses DDL is logged, not fatal.
-    try:
-        if upgrade.missing(engine, [pauses.TABLE]):
-            upgrade.ensure(engine, [pauses.TABLE])
-    except Exception as exc:  # noqa: BLE001 - the loops outlive database errors
-        log.info("dbworker: could not create the %s table: %s", pauses.TABLE_NAME, redact.describe(exc))
-
-
-def _sqlite_wal(engine: Engine) -> None:
-    # WAL lets handler processes read while another writes; the setting persists in the file.
-    try:
-        with engine.connect() as conn:
-            dialects.sqlite_wal(conn)
-    except Exception as exc:
-        log.info("dbworker: could not switch SQLite to WAL: %s", redact.describe(exc))
-
-
 @atexit.register
 def _abort_running() -> None:
     # An interpreter exiting without stop(): end handler processes and give their claims back.
-    for coordinator in list(_running):
+    for coordinator in list(_live):
         coordinator.abort()
-
-
-def _child_logging() -> tuple[str, str, tuple[str, ...]] | None:
-    """The command's logging set-up, for handler processes to repeat (None inside an application)."""
-    active = logs.active()
-    return None if active is None else (active[0], active[1], logs.masked())

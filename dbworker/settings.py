@@ -1,14 +1,18 @@
-"""The coordinator's timing settings and their one validation.
+"""The coordinator's settings and their one validation.
 
 Every entry point that accepts a lease or poll setting (the constructor, ``configure``,
 the command's flags and variables) checks it here, naming the field it came from, so the
-rules and their messages live once. Nothing here touches a database.
+rules and their messages live once; so are the constructor's database URL and engine
+options and ``stop()``'s timeout. Nothing here touches a database.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.engine import URL, make_url
 
 from dbworker import bounds
 
@@ -55,3 +59,30 @@ def settings(lease_seconds: object, poll_seconds: object, max_poll_seconds: obje
     for name in FIELDS:
         bounds.check(getattr(built, name), bounds.SETTING, field=names[name])
     return built
+
+
+def database_url(value: object) -> URL:
+    """``value`` (a string or ``URL``) as a ``URL``; ``ValueError`` with an example otherwise."""
+    try:
+        return make_url(value)  # type: ignore[arg-type]
+    except Exception as exc:
+        raise ValueError(
+            f"database_url is not a database URL ({type(exc).__name__}); use e.g. "
+            "'postgresql+psycopg://user@host/db' or 'sqlite:///path/to/file.db'"
+        ) from None
+
+
+def engine_options(value: object) -> dict[str, Any]:
+    """``value`` (None or a mapping of ``create_engine()`` options) as a dict of its own."""
+    if value is not None and not isinstance(value, Mapping):
+        raise ValueError(f"engine_options must be a dict of create_engine() options, got {type(value).__name__}")
+    return dict(value or {})
+
+
+def stop_timeout(value: object) -> float | None:
+    """``stop()``'s ``timeout``: None, or a number of seconds >= 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ValueError(f"timeout must be None or a number of seconds >= 0, got {value!r}")
+    return float(value)

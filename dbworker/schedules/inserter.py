@@ -15,18 +15,13 @@ from collections.abc import Callable, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dbworker import redact
+from dbworker import redact, tuning
 from dbworker.backoff import Backoff
 from dbworker.schedules import policy, ticks
 from dbworker.schedules.policy import Schedule
 from dbworker.sql.dialects import connect
 
 log = logging.getLogger("dbworker")
-
-MAX_WAIT_SECONDS = 30.0  # the server's clock is read again at least this often
-PRUNE_EVERY_SECONDS = 3600.0
-ERROR_FIRST_WAIT = 0.1
-ERROR_MAX_WAIT = 5.0
 
 
 class TickInserter:
@@ -54,11 +49,18 @@ class TickInserter:
     def start(self) -> None:
         self.thread.start()
 
-    def stop(self) -> None:
+    def drain(self) -> None:
+        """Insert no more ticks: a draining fleet would leave them unrun."""
         self._stop.set()
 
+    def stop(self, deadline: float) -> None:
+        """End the thread; wait for it until ``deadline`` (``time.monotonic()``): no tick is
+        inserted or pruned after the coordinator stopped."""
+        self._stop.set()
+        self.thread.join(max(0.0, deadline - time.monotonic()))
+
     def _run(self) -> None:
-        errors = Backoff(ERROR_FIRST_WAIT, ERROR_MAX_WAIT, jitter=0.5)
+        errors = Backoff(tuning.TICKS_ERROR_FIRST_WAIT, tuning.TICKS_ERROR_MAX_WAIT, jitter=0.5)
         while not self._stop.is_set():
             try:
                 wait = self.step()
@@ -88,12 +90,13 @@ class TickInserter:
                 if times or known:  # a due time passed: whoever inserted it, claim it here too
                     self._wake(name)
             if time.monotonic() >= self._prune_at:
-                self._prune_at = time.monotonic() + PRUNE_EVERY_SECONDS
+                self._prune_at = time.monotonic() + tuning.TICKS_PRUNE_EVERY_SECONDS
                 for schedule, work_table in self._schedules:
                     removed = ticks.prune(conn, schedule.name, work_table, before=now - schedule.retention)
                     if removed:
                         log.info("dbworker schedules: removed %d ended tick(s) of %s", removed, schedule.name)
         soonest = min((at for at in self._next.values() if at is not None), default=None)
+        longest = tuning.TICKS_MAX_WAIT_SECONDS
         if soonest is None:
-            return MAX_WAIT_SECONDS
-        return min(MAX_WAIT_SECONDS, max(0.001, (soonest - now).total_seconds()))
+            return longest
+        return min(longest, max(0.001, (soonest - now).total_seconds()))

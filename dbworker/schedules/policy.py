@@ -15,11 +15,8 @@ from typing import Protocol
 
 import cronsim
 
-from dbworker import bounds
+from dbworker import bounds, tuning
 
-# A due time that no coordinator reached within this many seconds of it (all were stopped,
-# or the database was down) is missed: ``catch_up`` says how many of those still run.
-ON_TIME_SECONDS = 1.0
 DEFAULT_RETENTION = dt.timedelta(days=7)
 _EPOCH = dt.datetime(1970, 1, 1)
 _TICK = dt.timedelta(microseconds=1)
@@ -142,7 +139,7 @@ def due_times(
     last: dt.datetime | None,
     now: dt.datetime,
     catch_up: int,
-    on_time: float = ON_TIME_SECONDS,
+    on_time: float = tuning.TICKS_ON_TIME_SECONDS,
 ) -> list[dt.datetime]:
     """The due times to insert at ``now``, oldest first, after the schedule's ``last`` tick.
 

@@ -17,13 +17,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from dbworker import tuning
 from dbworker.contract import ExecutionStatus
 from dbworker.sql import dialects, tables
 from dbworker.sql.transactions import committed
 
 TABLE_NAME = "dbworker_ticks"
 NAME_LENGTH = 64
-PRUNE_BATCH = 1000
 _ENDED = (ExecutionStatus.FINISHED.value, ExecutionStatus.FAILED.value)
 
 
@@ -105,7 +105,7 @@ def prune(conn: Connection, name: str, work_table: sa.Table, *, before: dt.datet
         sa.select(TABLE.c.id)
         .join(work_table, w.source_id == TABLE.c.id)
         .where(TABLE.c.name == name, TABLE.c.due_at < before, TABLE.c.due_at < latest, w.execution_status.in_(_ENDED))
-        .limit(PRUNE_BATCH)
+        .limit(tuning.TICKS_PRUNE_BATCH)
     )
     total = 0
     while True:
@@ -119,7 +119,7 @@ def prune(conn: Connection, name: str, work_table: sa.Table, *, before: dt.datet
                     )
                 )
         total += len(ids)
-        if len(ids) < PRUNE_BATCH:
+        if len(ids) < tuning.TICKS_PRUNE_BATCH:
             return total
 
 

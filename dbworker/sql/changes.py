@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from dbworker.sql import dialects
+
 TABLE_NAME = "dbworker_changes"
 metadata = sa.MetaData()
 TABLE = sa.Table(
@@ -50,9 +52,10 @@ def trigger_statements(conn: Connection, table: sa.Table) -> list[tuple[str, str
     prefix = f"'rows:{table.name} '"
     column = f"NEW.{prep.quote(key.name)}"
     changes = prep.quote(TABLE_NAME)
+    embedded = dialects.of(conn).embedded
     out = []
     for name, event in zip(trigger_names(table), ("INSERT", "UPDATE"), strict=True):
-        if conn.dialect.name == "sqlite":
+        if embedded:
             body = (f"INSERT INTO {changes} (payload) VALUES "
                     f"({prefix} || json_array(CAST({column} AS TEXT)))")  # fmt: skip
             create = (f"CREATE TRIGGER {prep.quote(name)} AFTER {event} ON {prep.format_table(table)} "
@@ -68,7 +71,7 @@ def trigger_statements(conn: Connection, table: sa.Table) -> list[tuple[str, str
 
 def existing_triggers(conn: Connection) -> dict[str, str]:
     """dbworker's change triggers in the connection's database: name -> definition text."""
-    if conn.dialect.name == "sqlite":
+    if dialects.of(conn).embedded:
         rows = conn.exec_driver_sql(
             "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'dbworker_changes_%'"
         ).all()

@@ -35,6 +35,42 @@ class Capabilities:
     lock_of: bool  # FOR UPDATE OF <table> is accepted
     gen_random_uuid: bool = False  # PostgreSQL 13+: tokens can be made by the server
 
+    # --- what the claim path and the wake-ups do on this server, by name -------------------
+    @property
+    def embedded(self) -> bool:
+        """The database is a file the process opens itself (SQLite): its own catalog
+        (``sqlite_master``) and trigger syntax, and no server to notify or wait on."""
+        return self.name == "sqlite"
+
+    @property
+    def notifies(self) -> bool:
+        """LISTEN/NOTIFY carry wake-ups (PostgreSQL); elsewhere the change table does."""
+        return self.name == "postgresql"
+
+    @property
+    def watches_commits(self) -> bool:
+        """Another connection's commit is seen on a file's ``PRAGMA data_version`` (SQLite):
+        a watcher thread wakes the loops, and the file runs in WAL mode."""
+        return self.embedded
+
+    @property
+    def keys_as_text(self) -> bool:
+        """Rows named by wake-ups are claimed by their keys' text form, bound as one array
+        cast to the key's type (PostgreSQL); elsewhere by key values in an IN list."""
+        return self.name == "postgresql"
+
+    @property
+    def first_claims_at_once(self) -> bool:
+        """First claims of many items are one INSERT over unnested arrays, returning the keys
+        inserted (PostgreSQL)."""
+        return self.name == "postgresql"
+
+    @property
+    def one_statement_claims(self) -> bool:
+        """A whole claim round is one autocommitted statement (PostgreSQL 13+: its tokens are
+        made by the server)."""
+        return self.name == "postgresql" and self.gen_random_uuid
+
     def now(self) -> ColumnElement[dt.datetime]:
         """The server's current time as naive UTC."""
         return self._shift(None)
@@ -126,6 +162,12 @@ def server_now() -> ColumnElement[dt.datetime]:
     (an application's eligible query, narrowed to due rows).
     """
     return _ServerNow()
+
+
+def can_listen(dialect: Dialect) -> bool:
+    """Whether a session of ``dialect`` can LISTEN and wait for notifications: PostgreSQL
+    through psycopg (``wakeups.postgres`` uses its ``notifies(timeout=)``)."""
+    return dialect.name == "postgresql" and dialect.driver == "psycopg"
 
 
 def of(conn: Connection) -> Capabilities:

@@ -7,7 +7,6 @@ thread that listens and hands payloads to the router is ``wakeups.postgres``'.
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -15,12 +14,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from dbworker.sql import changes, names
+from dbworker import tuning
+from dbworker.sql import changes, dialects, names
 
 # Payloads on the ``dbworker`` channel:
-# - ``rows:<table> <keys>``: sent once per inserting or updating statement by the opt-in
-#   trigger ``install_triggers`` puts on a source table, naming the changed rows' keys as
-#   PostgreSQL writes them as text, in a JSON array, up to ``MAX_NAMED_ROWS`` of them;
+# - ``rows:<table> <keys>``: sent once per inserting or updating statement by the trigger
+#   ``install_triggers`` puts on a source table (by default, at every migration), naming
+#   the changed rows' keys as PostgreSQL writes them as text, in a JSON array, up to
+#   ``MAX_NAMED_ROWS`` of them;
 # - ``<table>`` alone: more rows than that;
 # - ``again:<table> <key>``: an item claimable again (given back by a coordinator, or reset
 #   after it failed) that other pods' sweeps may have passed; unlike a row change it is
@@ -34,15 +35,12 @@ AGAIN = "again"  # + ":<table> <key>"
 ROWS = "rows"  # + ":<table> <JSON array of keys>"
 FUNCTION = "dbworker_notify"  # + "_<table>": one per source table, with its key column built in
 TRIGGER = "dbworker_notify"  # on INSERT; + "_update" on UPDATE (one event per trigger with transition tables)
-MAX_ANNOUNCED_KEYS = 64  # per worker and batch; more are announced as "done:<worker>" alone
-# Rows a claim loop takes by key at once; more named between two claims make it sweep from
-# the start instead (so announcing more than one past this changes nothing).
-MAX_NAMED_ROWS = 64
+MAX_NAMED_ROWS = tuning.MAX_NAMED_ROWS  # keys a payload names at most (the reason: ``tuning``)
 _TRANSITION_TABLE = "dbworker_rows"  # the trigger's name for the statement's new rows
 
 
 def trigger_statements(conn: sa.Connection, table: sa.Table) -> list[str]:
-    """DDL for the opt-in triggers on ``table``: one notification per statement, naming its rows.
+    """DDL for the wake-up triggers on ``table``: one notification per statement, naming its rows.
 
     The keys let a coordinator claim exactly those rows, wherever its claim sweep stands: a
     row enabled (or inserted) below the sweep's cursor is found at once, not at the next
@@ -137,7 +135,7 @@ def install_triggers(conn: sa.Connection, tables: Iterable[sa.Table]) -> list[st
     Looks first: a table whose two triggers exist and whose function has the current body
     is left alone, so a start or ``migrate`` that finds them in place takes no lock on it.
     """
-    if conn.dialect.name != "postgresql":
+    if not dialects.of(conn).notifies:
         return []
     done = []
     for table in tables:
@@ -168,7 +166,7 @@ def installed(conn: sa.Connection, table: sa.Table) -> bool:
 
 def drop_triggers(conn: sa.Connection, tables: Iterable[sa.Table]) -> list[str]:
     """Remove the wake-up triggers and their functions (the opt-out); return what was done."""
-    if conn.dialect.name != "postgresql":
+    if not dialects.of(conn).notifies:
         return []
     prep = conn.dialect.identifier_preparer
     done = []
@@ -199,7 +197,7 @@ def announce_rows(conn: sa.Connection, table: str, keys: Iterable[Any]) -> None:
     payloads = [f"{AGAIN}:{table} {text}" for text, _ in zip(texts, range(MAX_NAMED_ROWS + 1), strict=False)]
     if not payloads:
         return
-    if conn.dialect.name != "postgresql":
+    if not dialects.of(conn).notifies:
         try:
             changes.write(conn, payloads)  # read by the other coordinators' change feeds
         except sa.exc.DBAPIError:
@@ -215,7 +213,7 @@ def announce_table(conn: sa.Connection, table: str) -> None:
     naming no row: their loops look behind their cursors). Sent with ``conn``'s
     transaction; elsewhere written to the change table.
     """
-    if conn.dialect.name == "postgresql":
+    if dialects.of(conn).notifies:
         conn.execute(sa.select(sa.func.pg_notify(CHANNEL, table)))
         return
     try:
@@ -238,46 +236,6 @@ def announce_done(driver_conn: Any, ended: dict[str, set[str] | None]) -> None:
         "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
         (CHANNEL, done_payloads(ended)),
     )
-
-
-def add_ended(ended: dict[str, set[str] | None], worker: str, key: str | None) -> None:
-    """Add an ended item of ``worker`` (``key`` as text) to a batch of announcements: its
-    keys, or None for "some" (too many, or a key without a text form)."""
-    keys = ended.get(worker, set())
-    if keys is not None and key is not None and len(keys) < MAX_ANNOUNCED_KEYS:
-        keys.add(key)
-        ended[worker] = keys
-    else:
-        ended[worker] = None
-
-
-def merge_ended(into: dict[str, set[str] | None], ended: dict[str, set[str] | None]) -> None:
-    """Add a batch back into ``into`` (one whose announcement failed: sent with the next)."""
-    for worker, keys in ended.items():
-        for key in keys if keys is not None else [None]:
-            add_ended(into, worker, key)
-
-
-class EndedBatch:
-    """Ended items waiting to be announced, by worker (any thread): the listener's and the
-    change feed's. ``take`` empties it; a batch whose announcement failed is ``put_back``."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._ended: dict[str, set[str] | None] = {}
-
-    def add(self, worker: str, key: str | None) -> None:
-        with self._lock:
-            add_ended(self._ended, worker, key)
-
-    def take(self) -> dict[str, set[str] | None]:
-        with self._lock:
-            ended, self._ended = self._ended, {}
-        return ended
-
-    def put_back(self, ended: dict[str, set[str] | None]) -> None:
-        with self._lock:
-            merge_ended(self._ended, ended)
 
 
 def done_payloads(ended: dict[str, set[str] | None]) -> list[str]:

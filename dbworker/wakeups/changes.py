@@ -4,10 +4,10 @@
 it has seen and hands every newer row's payload to ``on_payload`` (the router's
 ``notified``, as for a PostgreSQL notification). On MySQL/MariaDB ids are taken at insert
 but become visible at commit, so a lower id can appear after a higher one: ids skipped
-below the highest are looked for again for ``GAP_SECONDS`` (one that never appears was
-rolled back). Rows older than ``KEEP_SECONDS`` are pruned by any reader.
+below the highest are looked for again for ``tuning.GAP_SECONDS`` (one that never appears
+was rolled back). Rows older than ``tuning.KEEP_SECONDS`` are pruned by any reader.
 
-MySQL/MariaDB have nothing to wait on, so a thread reads every ``POLL_SECONDS``: one
+MySQL/MariaDB have nothing to wait on, so a thread reads every ``tuning.POLL_SECONDS``: one
 indexed range read of an empty range while idle. On SQLite the data_version watcher calls
 ``read_now`` when another connection committed. On both the thread writes the ``done:``
 announcements, batched.
@@ -24,21 +24,13 @@ from collections.abc import Callable
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dbworker import redact
+from dbworker import redact, tuning
 from dbworker.backoff import Backoff
-from dbworker.sql import changes, notify
+from dbworker.sql import changes, dialects, notify
 from dbworker.sql.dialects import connect
+from dbworker.wakeups import outbox
 
 log = logging.getLogger("dbworker")
-
-# A read every 20 ms: pick-up within about 10 ms on average, 20 ms at worst, for one
-# indexed read of an empty range (about 0.1 ms of server time) per coordinator.
-POLL_SECONDS = 0.02
-GAP_SECONDS = 10.0  # a transaction that holds a lower id longer is not waited for
-MAX_GAPS = 1024
-START_GAPS = 64  # ids below the top missing when a reader starts: looked for, as gaps
-KEEP_SECONDS = 60.0  # rows are kept this long for readers (pruned after)
-READ_LIMIT = 512
 
 
 class ChangeFeed:
@@ -54,7 +46,7 @@ class ChangeFeed:
         self._seen: int | None = None  # highest id read (None: not read yet)
         self._gaps: dict[int, float] = {}  # ids below it not seen yet -> when first missed
         self._marks: list[tuple[float, int]] = []  # (when, seen then): for pruning
-        self._ended = notify.EndedBatch()  # done announcements, as the Listener's
+        self._ended = outbox.EndedBatch()  # done announcements, as the Listener's
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="dbworker-changes", daemon=True)
 
@@ -62,20 +54,24 @@ class ChangeFeed:
     def start(self) -> None:
         self.thread.start()
 
-    def stop(self) -> None:
+    def drain(self) -> None:
+        """Nothing to do: items that end while the loops drain are still announced."""
+
+    def stop(self, deadline: float) -> None:
+        """Ask the thread to end; not waited for (it only reads, prunes and announces)."""
         self._stop.set()
 
     def _run(self) -> None:
         # SQLite's data_version watcher calls read_now at each commit it sees: the thread
         # only writes announcements there. Elsewhere it holds one autocommitted connection:
         # a read is one statement, with no pool checkout around it.
-        poll = self._engine.dialect.name != "sqlite"
-        errors = Backoff(0.2, 10.0, jitter=0.5)
+        poll = not dialects.capabilities(self._engine.dialect).watches_commits
+        errors = Backoff(tuning.RECONNECT_FIRST_WAIT, tuning.RECONNECT_MAX_WAIT, jitter=0.5)
         while not self._stop.is_set():
             try:
                 with self._engine.connect() as held:
                     conn = held.execution_options(isolation_level="AUTOCOMMIT")
-                    while not self._stop.wait(POLL_SECONDS):
+                    while not self._stop.wait(tuning.POLL_SECONDS):
                         self._flush(conn)
                         if poll:
                             self.read(conn)
@@ -114,26 +110,26 @@ class ChangeFeed:
             if self._seen is None:
                 self._seen = changes.top(conn)  # what came before is the sweep's to find ...
                 # ... but for rows of transactions still open, whose lower ids appear later.
-                self._gaps = dict.fromkeys(changes.missing_below(conn, self._seen, START_GAPS), now)
+                self._gaps = dict.fromkeys(changes.missing_below(conn, self._seen, tuning.START_GAPS), now)
                 conn.rollback()
                 return 0
-            gaps = [g for g, at in self._gaps.items() if now - at < GAP_SECONDS]
-            rows = changes.read(conn, self._seen, gaps, READ_LIMIT)
+            gaps = [g for g, at in self._gaps.items() if now - at < tuning.GAP_SECONDS]
+            rows = changes.read(conn, self._seen, gaps, tuning.READ_LIMIT)
             conn.rollback()  # end the read's transaction: the next sees later commits
             self._gaps = {g: self._gaps[g] for g in gaps}
             for row_id, _ in rows:
                 self._gaps.pop(row_id, None)
                 if row_id > self._seen + 1:
-                    for missing in range(self._seen + 1, min(row_id, self._seen + 1 + MAX_GAPS)):
+                    for missing in range(self._seen + 1, min(row_id, self._seen + 1 + tuning.MAX_GAPS)):
                         self._gaps.setdefault(missing, now)
                 self._seen = max(self._seen, row_id)
-            if len(self._gaps) > MAX_GAPS:
-                self._gaps = dict(sorted(self._gaps.items())[-MAX_GAPS:])
+            if len(self._gaps) > tuning.MAX_GAPS:
+                self._gaps = dict(sorted(self._gaps.items())[-tuning.MAX_GAPS :])
             try:
                 self._prune(conn, now)
             except Exception as exc:  # noqa: BLE001 - what was read is still handed on
                 log.warning("dbworker: pruning the change table failed: %s", redact.describe(exc, self._secrets))
-        if len(rows) >= READ_LIMIT:
+        if len(rows) >= tuning.READ_LIMIT:
             # More than a read takes: the loops sweep instead (a wake-up naming no row),
             # and the next read goes on from here.
             self._on_unnamed()
@@ -144,11 +140,12 @@ class ChangeFeed:
 
     def _prune(self, conn: sa.Connection, now: float) -> None:
         assert self._seen is not None
-        if not self._marks or now - self._marks[-1][0] >= KEEP_SECONDS / 4:
+        keep = tuning.KEEP_SECONDS
+        if not self._marks or now - self._marks[-1][0] >= keep / 4:
             self._marks.append((now, self._seen))
-        old = [seen for when, seen in self._marks if now - when >= KEEP_SECONDS]
+        old = [seen for when, seen in self._marks if now - when >= keep]
         if old:
-            self._marks = [(w, s) for w, s in self._marks if now - w < KEEP_SECONDS]
+            self._marks = [(w, s) for w, s in self._marks if now - w < keep]
             # At READ COMMITTED (``connect``'s on MySQL/MariaDB): no gap locks that would
             # hold up the triggers' inserts.
             changes.prune(conn, max(old))

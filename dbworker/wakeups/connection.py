@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from dbworker import redact
+from dbworker import redact, tuning
 from dbworker.backoff import Backoff
 
 log = logging.getLogger("dbworker")
@@ -23,7 +23,7 @@ log = logging.getLogger("dbworker")
 def serve(engine: Engine, use: Callable[[Any], None], *, stop: threading.Event, what: str,
           secrets: tuple[str, ...]) -> None:  # fmt: skip
     """Call ``use(driver_connection)`` until ``stop`` is set; reconnect after errors (logged as ``what``)."""
-    errors = Backoff(0.2, 10.0, jitter=0.5)
+    errors = Backoff(tuning.RECONNECT_FIRST_WAIT, tuning.RECONNECT_MAX_WAIT, jitter=0.5)
     while not stop.is_set():
         raw: Any = None
         try:

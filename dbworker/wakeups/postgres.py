@@ -14,10 +14,9 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from dbworker import tuning
 from dbworker.sql import notify
-from dbworker.wakeups import connection
-
-_IDLE_CHECK_SECONDS = 5.0  # an idle listener still looks at its stop flag this often
+from dbworker.wakeups import connection, outbox
 
 
 class Listener:
@@ -38,7 +37,7 @@ class Listener:
         self._announce = threading.Event()
         # Ended items to announce, by worker: their keys, or None for "some" (too many, or
         # keys without a text form).
-        self._ended = notify.EndedBatch()
+        self._ended = outbox.EndedBatch()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -47,7 +46,11 @@ class Listener:
     def start(self) -> None:
         self.thread.start()
 
-    def stop(self) -> None:
+    def drain(self) -> None:
+        """Nothing to do: items that end while the loops drain are still announced."""
+
+    def stop(self, deadline: float) -> None:
+        """Ask the thread to end; not waited for (it only receives and announces)."""
         self._stop.set()
         self._poke()
 
@@ -93,7 +96,7 @@ class Listener:
                     self._announce.set()
                     raise
                 continue
-            readable, _, _ = select.select([conn.fileno(), self._wake_r], [], [], _IDLE_CHECK_SECONDS)
+            readable, _, _ = select.select([conn.fileno(), self._wake_r], [], [], tuning.LISTEN_IDLE_CHECK_SECONDS)
             if self._wake_r in readable:
                 try:
                     while os.read(self._wake_r, 4096):

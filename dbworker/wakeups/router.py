@@ -5,7 +5,7 @@ PostgreSQL notification's payload (``sql.notify`` says what it means), SQLite's 
 watcher, and each item its own loops saw end. Workers wait for others only where their
 eligible queries say so (``dependencies``), so an independent worker's items end with no
 wake-up traffic at all. The router holds no connection; announcing to other coordinators
-is the listener's job, through ``announce``.
+is the listener's or the change feed's job (``announce``, given with the loops to ``attach``).
 """
 
 from __future__ import annotations
@@ -44,12 +44,14 @@ class Router:
         self._waiters = dependencies.waiter_map(self._deps)
         self._awaited = dependencies.awaited(self._deps)  # None: any worker may be awaited
         self._loops: Sequence[Wakeable] = ()
-        # Tells other coordinators that an item of a worker ended (the listener's, on PostgreSQL).
-        self.announce: Callable[[str, str | None], None] | None = None
+        # Tells other coordinators that an item of a worker ended (the listener's or the change feed's).
+        self._announce: Callable[[str, str | None], None] | None = None
 
-    def attach(self, loops: Sequence[Wakeable]) -> None:
-        """The loops to wake (those this coordinator runs)."""
+    def attach(self, loops: Sequence[Wakeable], *, announce: Callable[[str, str | None], None] | None) -> None:
+        """The loops to wake (those this coordinator runs), and what tells other
+        coordinators that an item ended (None: nothing does, they poll)."""
         self._loops = loops
+        self._announce = announce
 
     def notified(self, payload: str) -> None:
         """A notification from another session (see ``sql.notify`` for the payloads)."""
@@ -67,6 +69,12 @@ class Router:
                 if changed:
                     loop.wake(*keys)
 
+    def due(self, worker: str) -> None:
+        """A due time of ``worker`` came (the tick inserter): its loop claims now."""
+        for loop in self._loops:
+            if loop.worker.name == worker:
+                loop.wake()
+
     def committed(self) -> None:
         """Something was committed to the database (SQLite's watcher), or may have been unseen
         (the PostgreSQL listener, back after a gap): every loop looks."""
@@ -81,8 +89,8 @@ class Router:
         """
         key = notify.key_text(source_id)
         self._wake_waiters(worker, skip=worker, key=key)
-        if self.announce is not None and (self._awaited is None or worker in self._awaited):
-            self.announce(worker, key)
+        if self._announce is not None and (self._awaited is None or worker in self._awaited):
+            self._announce(worker, key)
 
     def _wake_waiters(self, ended: str, *, skip: str | None = None, key: str | None = None) -> None:
         waiting = self._waiters.get(ended, self._waiters[None])

@@ -5,9 +5,9 @@ the database file since the same connection last read it. One thread reads it on
 connection of its own, outside any transaction, and wakes the coordinator's loops when it
 changed: a row the application inserts or enables is claimed at once instead of at the
 next poll. On Linux the thread sleeps until the kernel reports a write to the database's
-files (``file_events``): pick-up within about a millisecond, and no wake-ups at all while
-nothing is written. Elsewhere it reads every ``FIRST_INTERVAL`` seconds after a change,
-backing off to ``MAX_INTERVAL`` while nothing changes. Polling stays as the fallback.
+files (``inotify``): pick-up within about a millisecond, and no wake-ups at all while
+nothing is written. Elsewhere it reads every ``tuning.FIRST_INTERVAL`` seconds after a
+change, backing off to ``tuning.MAX_INTERVAL`` while nothing changes. Polling stays as the fallback.
 """
 
 from __future__ import annotations
@@ -20,26 +20,11 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from dbworker import tuning
 from dbworker.backoff import Backoff
 from dbworker.sql import dialects
 from dbworker.wakeups import connection
 from dbworker.wakeups.inotify import DirectoryWrites
-
-FIRST_INTERVAL = 0.02  # without file events, while commits come: pick-up within ~20 ms
-MAX_INTERVAL = 0.05  # ... idle: twenty reads a second, about 0.4% of a core here
-# With file events: the step that makes a commit visible (an index in shared memory) is
-# not reported; it comes after the commit's writes (and maybe an fsync), and a WAL restart
-# changes the version before the commit does. So after a write the thread looks again,
-# after 1 ms doubling to 20 ms, until nothing changed or was written for 0.2 s; writes
-# meanwhile start that over. Looks are 1 ms apart at least; after a wake-up the next look
-# waits 2 ms, doubling to 20 ms while every look finds a change (a drain needs no wake-ups:
-# its ending items have the loops claim), so a burst costs what polling did.
-SETTLE_FIRST = 0.001
-SETTLE_MAX = 0.02
-SETTLE_QUIET = 0.2
-WAKE_GAP_FIRST = 0.002
-WAKE_GAP_MAX = 0.02
-EVENTS_FALLBACK_SECONDS = 1.0  # a write the kernel did not report (never seen) costs this much
 
 
 class DataVersionWatcher:
@@ -56,7 +41,11 @@ class DataVersionWatcher:
     def start(self) -> None:
         self.thread.start()
 
-    def stop(self) -> None:
+    def drain(self) -> None:
+        """Nothing to do: it only wakes loops."""
+
+    def stop(self, deadline: float) -> None:
+        """Ask the thread to end; not waited for (it only reads and wakes loops)."""
         self._stop.set()
 
     def _run(self) -> None:
@@ -89,23 +78,24 @@ class DataVersionWatcher:
         return True
 
     def _poll(self, conn: Any) -> None:
-        interval = Backoff(FIRST_INTERVAL, MAX_INTERVAL)
+        interval = Backoff(tuning.FIRST_INTERVAL, tuning.MAX_INTERVAL)
         while not self._stop.wait(interval.next()):
             if self._changed(conn):
                 interval.reset()
 
     def _follow(self, conn: Any, files: DirectoryWrites) -> None:
         while not self._stop.is_set():
-            if not files.wait(EVENTS_FALLBACK_SECONDS):
+            if not files.wait(tuning.EVENTS_FALLBACK_SECONDS):
                 self._changed(conn)
                 continue
-            settle = Backoff(SETTLE_FIRST, SETTLE_MAX)
-            wakes = Backoff(WAKE_GAP_FIRST, WAKE_GAP_MAX)
-            quiet_until = time.monotonic() + SETTLE_QUIET
+            # See tuning.SETTLE_*: the step that makes a commit visible is not reported.
+            settle = Backoff(tuning.SETTLE_FIRST, tuning.SETTLE_MAX)
+            wakes = Backoff(tuning.WAKE_GAP_FIRST, tuning.WAKE_GAP_MAX)
+            quiet_until = time.monotonic() + tuning.SETTLE_QUIET
             while time.monotonic() < quiet_until:
-                gap = SETTLE_FIRST
+                gap = tuning.SETTLE_FIRST
                 if self._changed(conn):
-                    quiet_until = time.monotonic() + SETTLE_QUIET
+                    quiet_until = time.monotonic() + tuning.SETTLE_QUIET
                     gap = wakes.next()
                 else:
                     wakes.reset()
@@ -113,7 +103,7 @@ class DataVersionWatcher:
                     return
                 if files.wait(max(0.0, settle.next() - gap)):
                     settle.reset()
-                    quiet_until = time.monotonic() + SETTLE_QUIET
+                    quiet_until = time.monotonic() + tuning.SETTLE_QUIET
 
 
 def _database_writes(database: str | None) -> DirectoryWrites | None:

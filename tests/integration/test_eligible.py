@@ -11,10 +11,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from dbworker import ExecutionStatus
+from dbworker import ExecutionStatus, tuning
 from dbworker.observe import Observer
 from dbworker.sql import claims, dialects, notify
-from dbworker.wakeups import sqlite
 from tests import pooler
 from tests.apps import basic
 from tests.helpers import wait_until
@@ -143,7 +142,7 @@ def test_sqlite_commits_are_seen_through_file_events(app: App, monkeypatch: pyte
         pytest.skip("inotify watches SQLite's files on Linux")
     # The watcher's own readings every 120 s, polls too: only a file event is in time.
     for setting in ("FIRST_INTERVAL", "MAX_INTERVAL", "EVENTS_FALLBACK_SECONDS"):
-        monkeypatch.setattr(sqlite, setting, 120.0)
+        monkeypatch.setattr(tuning, setting, 120.0)
     c = app.coordinator(poll_seconds=120, max_poll_seconds=120)
     polls = EmptyPolls()
     c.add_observer(polls)

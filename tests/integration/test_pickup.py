@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
-from dbworker import Coordinator, ExecutionStatus
+from dbworker import Coordinator, ExecutionStatus, tuning
 from dbworker import sweep as sweeps
 from tests import pooler
 from tests.apps import basic
@@ -153,7 +153,7 @@ def test_the_change_table_is_read_in_order_and_pruned(app: App, monkeypatch: pyt
     from dbworker.sql import changes as sql_changes
     from dbworker.wakeups import changes
 
-    monkeypatch.setattr(changes, "KEEP_SECONDS", 0.4)
+    monkeypatch.setattr(tuning, "KEEP_SECONDS", 0.4)
     app.coordinator()  # the tables and the triggers
     got: list[str] = []
     feed = changes.ChangeFeed(app.db.engine, got.append, lambda: got.append("<all>"), secrets=())

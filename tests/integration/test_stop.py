@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy.orm import Session
 
 from dbworker import ExecutionStatus
-from dbworker.coordinator import STOP_MARGIN_SECONDS
 from dbworker.observe import Observer
+from dbworker.tuning import STOP_MARGIN_SECONDS
 from tests.helpers import pid_alive, wait_until
 from tests.integration.conftest import App
 

@@ -7,7 +7,9 @@ import types
 import pytest
 import sqlalchemy as sa
 
+from dbworker import tuning
 from dbworker.sql import notify
+from dbworker.wakeups import outbox
 from tests.sql import samples
 
 
@@ -57,20 +59,20 @@ def test_trigger_ddl_refuses_a_key_name_that_would_end_the_dollar_quoted_body() 
 
 def test_ended_items_are_batched_by_key_up_to_a_limit_then_as_some() -> None:
     ended: dict[str, set[str] | None] = {}
-    notify.add_ended(ended, "a", "1")
-    notify.add_ended(ended, "a", "2")
-    notify.add_ended(ended, "b", None)  # a key without a text form
+    outbox.add_ended(ended, "a", "1")
+    outbox.add_ended(ended, "a", "2")
+    outbox.add_ended(ended, "b", None)  # a key without a text form
     assert ended == {"a": {"1", "2"}, "b": None}
-    for i in range(notify.MAX_ANNOUNCED_KEYS + 1):  # one more than a batch names
-        notify.add_ended(ended, "c", str(i))
+    for i in range(tuning.MAX_ANNOUNCED_KEYS + 1):  # one more than a batch names
+        outbox.add_ended(ended, "c", str(i))
     assert ended["c"] is None
-    notify.add_ended(ended, "b", "3")  # "some" stays "some"
+    outbox.add_ended(ended, "b", "3")  # "some" stays "some"
     assert ended["b"] is None
     assert notify.done_payloads({"a": {"2", "1"}, "b": None}) == ["done:a 1", "done:a 2", "done:b"]
 
 
 def test_a_batch_whose_announcement_failed_is_merged_into_the_next() -> None:
-    batch = notify.EndedBatch()
+    batch = outbox.EndedBatch()
     batch.add("hash", "1")
     batch.add("hash", "2")
     batch.add("compare", None)

@@ -72,3 +72,11 @@ def test_claims_by_key_elsewhere_list_the_key_values() -> None:
 def test_an_eligible_query_must_be_a_select() -> None:
     with pytest.raises(TypeError, match="must return a select"):
         statements.eligible_query(lambda: "SELECT 1", KEY)  # type: ignore[arg-type,return-value]
+
+
+def test_an_eligible_query_s_own_order_is_seen() -> None:
+    # statements.is_ordered reads a private attribute of SQLAlchemy's Select (no public
+    # reader exists): this fails if a release renames it.
+    assert statements.is_ordered(samples.ready_by_priority())
+    assert not statements.is_ordered(statements.eligible_query(None, KEY))
+    assert not statements.is_ordered(samples.ready_by_priority().order_by(None))

@@ -1,0 +1,66 @@
+"""Writes under a claim's token (the fence): renew a lease, record an outcome, step over.
+
+Each changes the work record of ``dbw_sid`` only while the claim ``dbw_token`` still holds
+it (``predicates.held``), so a claim another process took over, or one that was cancelled,
+writes nothing; the row count says whether it did. ``holder`` reads who holds it instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from dbworker.sql import dialects
+from dbworker.sql.predicates import UNFINISHED, held
+
+
+def renew(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
+    """Extend the lease of ``dbw_sid`` by ``dbw_lease`` if the claim ``dbw_token`` still holds it.
+
+    Locks: the work row by its primary key until the commit (on MySQL/MariaDB at READ
+    COMMITTED, released at once when the row does not match). SQLite: the write lock.
+    """
+    return sa.update(table).where(held(table)).values(lease_expires_at=caps.now_plus_param("dbw_lease"))
+
+
+def complete(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
+    """Record ``dbw_status`` and ``dbw_error`` for ``dbw_sid`` if the claim ``dbw_token`` still holds it (the fence).
+
+    Ends the claim (no token, no lease) and stamps ``ended_at`` unless the status is
+    UNFINISHED (a claim given back). Locks: the work row until the caller's commit, which in
+    a handler process is the handler's own transaction. SQLite: the write lock.
+    """
+    w = table.c
+    status = sa.bindparam("dbw_status", type_=w.execution_status.type)
+    return sa.update(table).where(held(table)).values(
+        ended_at=sa.case((status == UNFINISHED, w.ended_at), else_=caps.now()),
+        execution_status=status,
+        claim_token=None,
+        lease_expires_at=None,
+        error=sa.bindparam("dbw_error", type_=w.error.type),
+        traceback=None,
+        not_before=None,
+    )
+
+
+def step_over(table: sa.Table) -> sa.Update:
+    """The handler returned ``Unfinished()``: record UNFINISHED for ``dbw_sid`` if the claim
+    ``dbw_token`` still holds it (the fence), and start the next step's attempts at 0.
+
+    Locks: as ``complete``.
+    """
+    return sa.update(table).where(held(table)).values(
+        execution_status=UNFINISHED,
+        claim_token=None,
+        lease_expires_at=None,
+        error=None,
+        traceback=None,
+        not_before=None,
+        attempts=0,
+    )
+
+
+def holder(table: sa.Table, source_id: Any) -> sa.Select[Any]:
+    """The claim token recorded for ``source_id`` (after a renewal matched nothing). Locks: none."""
+    return sa.select(table.c.claim_token).where(table.c.source_id == source_id)

@@ -1,0 +1,180 @@
+"""Taking an item: the claim-path writes that make a claim, each naming the locks it takes.
+
+A claim writes WORKING, a new token, a lease and one more attempt: as the first record of
+an item (``first``, ``first_many``), over an UNFINISHED record whose wait is over
+(``again``), or over a WORKING record whose lease expired (``over``); ``one_shot`` does a
+whole round in one statement where the server can. Each is a conditional write whose row
+count (or returned keys) says whether this process won the item.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+from dbworker.sql import candidates, dialects
+from dbworker.sql.predicates import WORKING, claimed_by, due, lease_over, limit, sid, token
+
+# Columns written by a first claim, in the order the INSERT ... SELECT forms list them.
+_CLAIM_COLUMNS = ["source_id", "execution_status", "claim_token", "lease_expires_at", "error", "attempts", "claimed_by"]
+
+
+def _taking(table: sa.Table, caps: dialects.Capabilities, *, first: bool = False) -> dict[str, Any]:
+    """The values a claim writes: WORKING, the token ``dbw_token``, a lease of ``dbw_lease``,
+    one more attempt (the first, for a ``first`` claim), the claimer, and no wait.
+    """
+    w = table.c
+    return {
+        "execution_status": WORKING,
+        "claim_token": token(table),
+        "lease_expires_at": caps.now_plus_param("dbw_lease"),
+        "error": None,
+        "attempts": 1 if first else w.attempts + 1,
+        "claimed_by": claimed_by(table),
+        **({} if first else {"not_before": None}),
+    }
+
+
+def _first_rows(table: sa.Table, caps: dialects.Capabilities, source_id: Any, claim_token: Any) -> sa.Select[Any]:
+    """The rows of an INSERT ... SELECT of first claims, in ``_CLAIM_COLUMNS``' order."""
+    return sa.select(
+        source_id,
+        sa.literal(WORKING),
+        claim_token,
+        caps.now_plus_param("dbw_lease"),
+        sa.null(),
+        sa.literal(1),
+        claimed_by(table),
+    )
+
+
+def first(table: sa.Table, caps: dialects.Capabilities) -> Any:
+    """The first claim of ``dbw_sid``: an INSERT that does nothing when the record exists.
+
+    Locks: the new work row until the commit; a concurrent first claim of the same item
+    waits for this transaction, then inserts nothing. On a record that exists, PostgreSQL's
+    ON CONFLICT DO NOTHING takes no lock, MySQL/MariaDB's INSERT IGNORE a shared one.
+    SQLite: the database's write lock until the commit.
+    """
+    return caps.insert_ignoring_duplicate(table, "source_id").values(source_id=sid(table), **_taking(table, caps, first=True))
+
+
+def first_many(table: sa.Table, caps: dialects.Capabilities) -> Any:
+    """First claims of the items ``dbw_sids`` (tokens ``dbw_tokens``) in one INSERT, where the
+    server can (``caps.first_claims_at_once``); else None.
+
+    Returns the keys inserted. Locks: the new work rows until the commit; keys that already
+    have a record are skipped without a lock (ON CONFLICT DO NOTHING), after waiting for a
+    concurrent insert of the same key to end.
+    """
+    if not caps.first_claims_at_once:
+        return None
+    w = table.c
+    rows = _first_rows(
+        table, caps,
+        sa.func.unnest(sa.bindparam("dbw_sids", type_=postgresql.ARRAY(w.source_id.type))),
+        sa.func.unnest(sa.bindparam("dbw_tokens", type_=postgresql.ARRAY(sa.String()))),
+    )  # fmt: skip
+    return (
+        postgresql.insert(table)
+        .from_select(_CLAIM_COLUMNS, rows)
+        .on_conflict_do_nothing(index_elements=["source_id"])
+        .returning(w.source_id)
+    )
+
+
+def one_shot(
+    table: sa.Table,
+    key: sa.Column[Any],
+    caps: dialects.Capabilities,
+    st: candidates.Blocking,
+    *,
+    cursor: bool,
+    keyed: bool = False,
+) -> Any:
+    """Every claimable row in key order, taken in one autocommitted statement, where the
+    server can (``caps.one_statement_claims``); else None.
+
+    A CTE selects the candidates; an INSERT ... ON CONFLICT DO UPDATE takes each one whose
+    record is absent, unfinished or expired (decided on the latest row version, as the
+    separate statements do); the result lists every candidate in key order with its new
+    token (NULL when another process won it) and its previous status. One round trip
+    instead of BEGIN, SET, SELECT, INSERT and COMMIT. ``keyed``: only the rows ``dbw_keys``.
+
+    Locks, until the statement ends: the candidate source rows FOR UPDATE OF the source
+    SKIP LOCKED, the work rows it inserts, and every existing work row it meets (ON CONFLICT
+    DO UPDATE locks a conflicting row even when its WHERE leaves it unchanged).
+    """
+    if not caps.one_statement_claims:
+        return None
+    w = table.c
+    previous = sa.select(w.execution_status).where(w.source_id == key).scalar_subquery()
+    found = candidates.narrow(st, key, sa.select(key.table), swept=cursor)
+    if keyed:
+        found = found.where(candidates.named_by_text(key))
+    found = found.add_columns(
+        previous.label("dbw_previous"),
+        # This statement's own transaction commits without waiting for the disk (see relax).
+        sa.func.set_config("synchronous_commit", "off", sa.true()).label("dbw_relax"),
+    )
+    c = candidates.lock(caps, key, candidates.in_key_order(found, key)).cte("dbw_candidates")
+    cid = c.c[key.name]
+    insert = postgresql.insert(table).from_select(
+        _CLAIM_COLUMNS, _first_rows(table, caps, cid, sa.cast(sa.func.gen_random_uuid(), sa.String()))
+    )
+    taken = (
+        insert.on_conflict_do_update(
+            index_elements=["source_id"],
+            set_={
+                "execution_status": WORKING,
+                "claim_token": insert.excluded.claim_token,
+                "lease_expires_at": insert.excluded.lease_expires_at,
+                "error": None,
+                "attempts": w.attempts + 1,
+                "not_before": None,
+                "claimed_by": insert.excluded.claimed_by,
+            },
+            where=sa.or_(due(table, caps), sa.and_(w.execution_status == WORKING, lease_over(table, caps))),
+        )
+        .returning(w.source_id, w.claim_token)
+        .cte("dbw_taken")
+    )
+    return (
+        sa.select(cid, taken.c.claim_token, c.c.dbw_previous)
+        .select_from(c.outerjoin(taken, taken.c.source_id == cid))
+        .order_by(cid)
+    )
+
+
+def again(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
+    """Claim ``dbw_sid`` again if its record is UNFINISHED and not waiting; the row count says whether it won.
+
+    Locks: the work row by its primary key until the commit (on MySQL/MariaDB at READ
+    COMMITTED, released at once when the row does not match). SQLite: the write lock.
+    """
+    w = table.c
+    return sa.update(table).where(w.source_id == sid(table), due(table, caps)).values(**_taking(table, caps))
+
+
+def over(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
+    """Take over ``dbw_sid`` if it is WORKING with an expired (or no) lease; the row count says whether it won.
+
+    Locks: as ``again``.
+    """
+    w = table.c
+    return (
+        sa.update(table)
+        .where(w.source_id == sid(table), w.execution_status == WORKING, lease_over(table, caps))
+        .values(**_taking(table, caps))
+    )
+
+
+def expired(table: sa.Table, caps: dialects.Capabilities) -> sa.Select[Any]:
+    """Up to ``dbw_limit`` keys of WORKING items whose lease expired, through the lease index.
+
+    Locks: none (a plain read).
+    """
+    w = table.c
+    return sa.select(w.source_id).where(w.lease_expires_at <= caps.now(), w.execution_status == WORKING).limit(limit())

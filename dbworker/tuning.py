@@ -1,0 +1,93 @@
+"""The core's tuning constants, each with its reason, in one place.
+
+None of these is a setting: an application sets leases and polls (``settings``); these are
+the intervals, limits and backoffs the core picked, with the figure that chose each. Code
+reads them here at the moment it uses them (``tuning.POLL_SECONDS``), so a test may patch
+one. Grouped by the part that uses them.
+"""
+
+from __future__ import annotations
+
+# --- stopping (coordinator) ------------------------------------------------------------------
+# After a stop deadline: time to end handler processes and give their claims back; also how
+# long stop() waits for the lease keeper and the tick inserter. The contract bounds stop()
+# by its timeout plus "a few seconds".
+STOP_MARGIN_SECONDS = 5.0
+# At most this long stop() waits for every loop to end a claim under way before it tells
+# observers it is draining: a loop stuck in a database call may not answer.
+STOP_SEEN_SECONDS = 5.0
+
+# --- wake-ups: payloads (sql.notify, wakeups.outbox) ---------------------------------------
+# Rows a claim loop takes by key at once, and so the most a notification names; more named
+# between two claims make it sweep from the start instead (so naming more than one past
+# this changes nothing). 64 keys fit a NOTIFY payload (8000 bytes) easily.
+MAX_NAMED_ROWS = 64
+# Ended items' keys per worker in one batch of "done:" announcements; more are announced as
+# "done:<worker>" alone (the waiters sweep), which bounds a batch after a burst of ends.
+MAX_ANNOUNCED_KEYS = 64
+
+# --- wake-ups: reconnecting (wakeups.connection, wakeups.changes) ------------------------------
+# A watcher or reader that lost its connection tries again after 0.2 s, doubling to 10 s
+# with jitter: quick after a blip, one attempt in 10 s per pod during an outage. Polling
+# covers the gap.
+RECONNECT_FIRST_WAIT = 0.2
+RECONNECT_MAX_WAIT = 10.0
+
+# --- wake-ups: PostgreSQL listener (wakeups.postgres) ---------------------------------------
+# An idle listener sleeps in select() on its socket and a self-pipe (both wake it at once);
+# it looks at its stop flag at least this often anyway.
+LISTEN_IDLE_CHECK_SECONDS = 5.0
+
+# --- wake-ups: the change table (wakeups.changes; MySQL/MariaDB, SQLite) ------------------------
+# A read every 20 ms: pick-up within about 10 ms on average, 20 ms at worst, for one
+# indexed read of an empty range (about 0.1 ms of server time) per coordinator.
+POLL_SECONDS = 0.02
+# Ids are taken at insert and visible at commit: a lower id missing below the highest read
+# is looked for this long; a transaction that holds one longer is not waited for.
+GAP_SECONDS = 10.0
+# Missing ids remembered at most (the newest kept): bounds the read's IN list.
+MAX_GAPS = 1024
+# Ids below the top missing when a reader starts, looked for as gaps: rows of transactions
+# still open when it started.
+START_GAPS = 64
+# Rows are kept this long for readers, then pruned by any reader (all but the newest): a
+# minute is far beyond a read's interval (POLL_SECONDS), so only a stalled reader misses rows.
+KEEP_SECONDS = 60.0
+# Rows one read hands on at most; more and the loops sweep instead (a wake-up naming no row).
+READ_LIMIT = 512
+
+# --- wake-ups: SQLite's commit watcher (wakeups.sqlite) --------------------------------------
+# Without file events, while commits come: pick-up within ~20 ms ...
+FIRST_INTERVAL = 0.02
+# ... and idle: twenty reads a second, about 0.4% of a core here.
+MAX_INTERVAL = 0.05
+# With file events: the step that makes a commit visible (an index in shared memory) is
+# not reported; it comes after the commit's writes (and maybe an fsync), and a WAL restart
+# changes the version before the commit does. So after a write the watcher looks again,
+# after 1 ms doubling to 20 ms, until nothing changed or was written for 0.2 s; writes
+# meanwhile start that over. Looks are 1 ms apart at least; after a wake-up the next look
+# waits 2 ms, doubling to 20 ms while every look finds a change (a drain needs no wake-ups:
+# its ending items have the loops claim), so a burst costs what polling did.
+SETTLE_FIRST = 0.001
+SETTLE_MAX = 0.02
+SETTLE_QUIET = 0.2
+WAKE_GAP_FIRST = 0.002
+WAKE_GAP_MAX = 0.02
+# A write the kernel did not report (never seen) costs this much.
+EVENTS_FALLBACK_SECONDS = 1.0
+
+# --- periodic workers (schedules.policy, schedules.inserter, schedules.ticks) ------------------
+# A due time that no coordinator reached within this many seconds of it (all were stopped,
+# or the database was down) is missed: ``catch_up`` says how many of those still run.
+TICKS_ON_TIME_SECONDS = 1.0
+# The server's clock is read again at least this often while no due time is near: a step
+# of the server's clock delays a tick by at most this much.
+TICKS_MAX_WAIT_SECONDS = 30.0
+# Ended ticks past their retention are removed hourly: one indexed delete an hour, and a
+# tick outlives its retention by an hour at most.
+TICKS_PRUNE_EVERY_SECONDS = 3600.0
+# Ticks removed per statement: short transactions, whatever the backlog.
+TICKS_PRUNE_BATCH = 1000
+# After a database error the inserter tries again after 0.1 s, doubling to 5 s with jitter.
+TICKS_ERROR_FIRST_WAIT = 0.1
+TICKS_ERROR_MAX_WAIT = 5.0
