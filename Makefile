@@ -15,8 +15,10 @@ CHECKOV_VERSION := 3.3.30
 # real-time leases, so even 2 cores keep more workers than that busy; measured in CHANGELOG.
 WORKERS ?= 6
 PARALLEL := -n $(WORKERS) --dist load
-# Tests marked `serial` (the PostgreSQL restart of tests/chaos/test_outage.py) run alone after
-# a parallel pass, when nothing else uses the server; pytest's 5 is "none selected".
+# Tests marked `serial` (the PostgreSQL restart of tests/chaos/test_outage.py, and the tests
+# that bound a wall time: how long stop() takes, how late a due row is picked up) run alone
+# after a parallel pass, when nothing else uses the server or the cores; pytest's 5 is "none
+# selected".
 SERIAL = || [ $$? -eq 5 ]
 
 .PHONY: demo test test-fast test-pooler lint bench crd clean
@@ -44,7 +46,7 @@ test: $(STAMP) $(CHECKOV)
 # The edit loop: unit tests and the behavioural tests on SQLite (no server needed).
 FAST_TESTS ?= tests/unit tests/integration tests/acceptance tests/console tests/migration tests/chaos
 test-fast: $(STAMP)
-	$(PY) -m pytest $(PARALLEL) -m "not postgresql and not mariadb and not serial" $(FAST_TESTS) $(PYTEST_ARGS)
+	$(PY) -m pytest $(PARALLEL) -m "not uses_postgres and not uses_mariadb and not serial" $(FAST_TESTS) $(PYTEST_ARGS)
 
 # The PostgreSQL integration and chaos tests again, coordinators and handler processes through
 # PgBouncer in transaction mode (tests/pooler.py; Debian's pgbouncer; one per worker), the

@@ -8,8 +8,9 @@ reach every session of a database that LISTENs, whatever its schema: a database 
 one test's NOTIFYs (``rows:items [1]``) from waking, and so helping, another test's coordinator,
 and lets a test find its own sessions by ``current_database()``.
 
-Every test is marked with the servers it needs (``postgresql``, ``mariadb``), so ``make
-test-fast`` can leave them out; tests marked ``slow`` are started first, so parallel workers
+Every test is marked with the servers it needs (``uses_postgres``, ``uses_mariadb``; names
+that ``-k postgresql``, the pooler pass's selection, does not match), so ``make test-fast``
+can leave them out; tests marked ``slow`` are started first, so parallel workers
 run the short ones beside them instead of waiting for them at the end.
 """
 
@@ -125,10 +126,10 @@ def pg(tmp_path: Path) -> Iterator[Database]:
     yield from open_database("postgresql", tmp_path)
 
 
-# Fixtures that run a test on one server: the name of the server's marker, or the fixture
-# parameter that names it.
+# Fixtures that run a test on one server, and the fixtures whose parameter names the server.
 _SERVER_FIXTURES = {"pg": "postgresql", "pg_db": "postgresql", "pooled": "postgresql"}
 _BACKEND_PARAMETERS = ("db", "appdb", "appdb_all", "system")
+_MARKERS = {"postgresql": "uses_postgres", "mariadb": "uses_mariadb"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -137,6 +138,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         params = getattr(item, "callspec", None)
         servers = {v for k, v in (params.params.items() if params else ()) if k in _BACKEND_PARAMETERS}
         servers |= {s for f, s in _SERVER_FIXTURES.items() if f in getattr(item, "fixturenames", ())}
-        for server in sorted(servers & {"postgresql", "mariadb"}):
-            item.add_marker(server)
+        for server in sorted(servers & set(_MARKERS)):
+            item.add_marker(_MARKERS[server])
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: order kept
