@@ -1,8 +1,17 @@
 """The `db` fixture: every behavioural test runs on SQLite (file), PostgreSQL and MariaDB.
 
-Each test gets a clean schema of its own: a fresh SQLite file, a fresh PostgreSQL schema
-(selected through the URL's search_path, so handler processes land in it too) or a fresh
-MariaDB database. Names are random so concurrent test runs never collide.
+Each test gets a clean database of its own: a fresh SQLite file, a fresh PostgreSQL database
+holding a schema of the same name (selected through the URL's search_path, so handler
+processes land in it too) or a fresh MariaDB database. Names are random so tests running at
+once (``make test`` runs them on parallel workers) never collide. PostgreSQL's notifications
+reach every session of a database that LISTENs, whatever its schema: a database per test keeps
+one test's NOTIFYs (``rows:items [1]``) from waking, and so helping, another test's coordinator,
+and lets a test find its own sessions by ``current_database()``.
+
+Every test is marked with the servers it needs (``uses_postgres``, ``uses_mariadb``; names
+that ``-k postgresql``, the pooler pass's selection, does not match), so ``make test-fast``
+can leave them out; tests marked ``slow`` are started first, so parallel workers
+run the short ones beside them instead of waiting for them at the end.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import sessionmaker
 
 from tests import pooler
@@ -42,19 +51,21 @@ def _postgres(name: str) -> Iterator[Database]:
     if pooler.enabled():
         yield from _postgres_pooled(name)
         return
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE SCHEMA "{name}"')
-    url = f"{PG_ADMIN_URL}?options=-csearch_path%3D{name}"
-    engine = sa.create_engine(url, pool_pre_ping=True)
+    pooler.create_database(name)
     try:
-        yield Database("postgresql", url, engine)
-    finally:
-        engine.dispose()
+        server = make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+        admin = sa.create_engine(server, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
         with admin.connect() as conn:
-            # Sessions left by killed processes would block the drop.
-            conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+            conn.exec_driver_sql(f'CREATE SCHEMA "{name}"')
         admin.dispose()
+        url = f"{server}?options=-csearch_path%3D{name}"
+        engine = sa.create_engine(url, pool_pre_ping=True)
+        try:
+            yield Database("postgresql", url, engine)
+        finally:
+            engine.dispose()
+    finally:
+        pooler.drop_database(name)  # FORCE: sessions left by killed processes would block it
 
 
 def _postgres_pooled(name: str) -> Iterator[Database]:
@@ -113,3 +124,20 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
 def pg(tmp_path: Path) -> Iterator[Database]:
     """PostgreSQL only, for tests whose subject exists only there (restarts, query plans)."""
     yield from open_database("postgresql", tmp_path)
+
+
+# Fixtures that run a test on one server, and the fixtures whose parameter names the server.
+_SERVER_FIXTURES = {"pg": "postgresql", "pg_db": "postgresql", "pooled": "postgresql"}
+_BACKEND_PARAMETERS = ("db", "appdb", "appdb_all", "system")
+_MARKERS = {"postgresql": "uses_postgres", "mariadb": "uses_mariadb"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with the servers it needs; start the ``slow`` ones first."""
+    for item in items:
+        params = getattr(item, "callspec", None)
+        servers = {v for k, v in (params.params.items() if params else ()) if k in _BACKEND_PARAMETERS}
+        servers |= {s for f, s in _SERVER_FIXTURES.items() if f in getattr(item, "fixturenames", ())}
+        for server in sorted(servers & set(_MARKERS)):
+            item.add_marker(_MARKERS[server])
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: order kept

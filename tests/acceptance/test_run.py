@@ -67,6 +67,7 @@ def test_metrics_move_as_items_finish_fail_and_crash(
     assert any(handled.items() <= entry.items() for entry in logs), w.log_tail()
 
 
+@pytest.mark.slow
 def test_sigterm_lets_running_handlers_finish(appdb: AppDb, start_worker: StartWorker) -> None:
     _stop_while_a_handler_runs(appdb, start_worker, lambda w: w.signal(signal.SIGTERM))
 

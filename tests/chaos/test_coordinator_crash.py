@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
@@ -14,6 +15,7 @@ from tests.helpers import children_of, kill, pid_alive, wait_until
 from tests.integration.conftest import App
 
 
+@pytest.mark.slow
 def test_killed_coordinator_items_are_taken_over_and_committed_once(app: App, processes: Processes) -> None:
     c = app.coordinator(lease_seconds=2)  # creates the tables; started later as the survivor
     ids = app.add("dbwait", "dbwait", "dbwait")

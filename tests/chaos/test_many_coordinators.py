@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
@@ -14,6 +15,7 @@ from tests.integration.conftest import App
 ITEMS = {"postgresql": 3000, "mariadb": 1000, "sqlite": 600}
 
 
+@pytest.mark.slow
 def test_processes_drain_without_double_runs(app: App, processes: Processes) -> None:
     app.coordinator()  # tables
     n = ITEMS[app.db.backend]

@@ -10,6 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
@@ -19,6 +20,7 @@ from tests.conftest import Database
 from tests.helpers import wait_until
 from tests.integration.conftest import FAST
 
+pytestmark = pytest.mark.serial  # restarts the server every other test uses: run alone (Makefile)
 
 def restart_postgresql() -> None:
     version = sorted(os.listdir("/etc/postgresql"))[-1]

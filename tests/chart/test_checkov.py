@@ -109,6 +109,7 @@ def _unaccepted(findings: list[tuple[str, str, str]]) -> tuple[list[tuple[str, s
     return left, used
 
 
+@pytest.mark.slow
 def test_everything_shipped_passes_checkov_but_for_the_accepted_findings(tmp_path: Path) -> None:
     with helm.Chart.load(CHART) as chart:
         sets = {"chart-defaults": _render(chart, None), "chart-all-on": _render(chart, ALL_ON), "workers": _workers()}

@@ -11,9 +11,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from examples.imagededup import demo
 
 
+@pytest.mark.slow
 def test_demo_runs_unattended_and_reports() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "examples.imagededup.demo", "--groups", "3", "--timeout", "90"],

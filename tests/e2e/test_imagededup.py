@@ -10,6 +10,8 @@ import re
 import signal
 from typing import Any
 
+import pytest
+
 from examples.imagededup import samples
 from tests.e2e.conftest import System
 
@@ -39,6 +41,7 @@ def metric(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
+@pytest.mark.slow
 def test_duplicates_failures_and_retries(system: System) -> None:
     missing = system.client.get("/images/999999")
     assert missing.status_code == 404 and "GET /images" in missing.json()["detail"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
@@ -11,6 +12,7 @@ from tests.helpers import wait_until
 from tests.integration.conftest import App
 
 
+@pytest.mark.slow
 def test_a_running_handler_keeps_its_lease(app: App) -> None:
     first = app.coordinator(lease_seconds=3)
     [i] = app.add("dbwait")

@@ -199,6 +199,7 @@ def test_a_change_still_held_when_a_reader_starts_is_read_once_committed(app: Ap
     assert got == ["again:items 1"]
 
 
+@pytest.mark.slow
 def test_a_fleet_walks_the_history_once_per_wrap_whatever_its_size(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
     """Four coordinators, polls every 0.1 s, wraps due every 0.6 s: the wraps are taken in turn
     (one walk per interval for the fleet, not one per pod), a coordinator started later

@@ -109,7 +109,7 @@ def tick_rows(db: Database) -> list[tuple[int, dt.datetime, str | None]]:
         return [(i, d, s) for i, d, s in conn.execute(query)]
 
 
-def assert_each_due_time_ran_once(db: Database, every: float = 2) -> list[dt.datetime]:
+def assert_each_due_time_ran_once(db: Database, every: float) -> list[dt.datetime]:
     """No due time ran twice, ticks are unique, and between the first and the last run none
     was skipped; returns the due times that ran."""
     ran = [r.due_at for r in runs(db)]
@@ -124,33 +124,35 @@ def assert_each_due_time_ran_once(db: Database, every: float = 2) -> list[dt.dat
     return ran
 
 
-def test_three_coordinators_run_every_due_time_of_every_2_exactly_once(db: Database, processes: Processes) -> None:
+@pytest.mark.slow
+def test_three_coordinators_run_every_due_time_of_every_1_exactly_once(db: Database, processes: Processes) -> None:
     for _ in range(3):
-        processes.start("--every", "2")
-    wait_until(lambda: len(runs(db)) >= 10, timeout=90, what="ten ticks to run (about 20 s)")
+        processes.start("--every", "1")
+    wait_until(lambda: len(runs(db)) >= 10, timeout=90, what="ten ticks to run (about 10 s)")
     processes.stop_all()
-    ran = assert_each_due_time_ran_once(db)
+    ran = assert_each_due_time_ran_once(db, every=1)
     assert len(ran) >= 10
     # Every tick but those due while the fleet stopped ran (none was left behind).
     unclaimed = [d for _, d, s in tick_rows(db) if s is None]
     assert all(d > ran[-1] for d in unclaimed), f"ticks never claimed: {unclaimed}"
 
 
+@pytest.mark.slow
 def test_a_tick_whose_coordinator_was_killed_mid_tick_is_taken_over_and_runs_once(
     db: Database, processes: Processes, tmp_path: Path
 ) -> None:
-    victim = processes.start("--every", "2", "--lease", "3", env={"DBW_TEST_HOLD": str(tmp_path)})
+    victim = processes.start("--every", "1", "--lease", "3", env={"DBW_TEST_HOLD": str(tmp_path)})
     held = tmp_path / "held"
     wait_until(held.exists, timeout=60, what="a tick to start in the first coordinator")
     wait_until(lambda: held.read_text().strip(), timeout=10, what="the held tick's id")
     tick_id = int(held.read_text())
-    processes.start("--every", "2", "--lease", "3")  # the rest of the fleet, running on
-    processes.start("--every", "2", "--lease", "3")
+    processes.start("--every", "1", "--lease", "3")  # the rest of the fleet, running on
+    processes.start("--every", "1", "--lease", "3")
     victim.kill()  # SIGKILL: its handler process exits by itself, the lease runs out
     victim.wait(timeout=30)
     wait_until(lambda: any(r.tick_id == tick_id for r in runs(db)), timeout=60, what=f"tick {tick_id} to run")
     last = max(r.due_at for r in runs(db))
-    wait_until(lambda: max(r.due_at for r in runs(db)) >= last + dt.timedelta(seconds=4), timeout=60,
+    wait_until(lambda: max(r.due_at for r in runs(db)) >= last + dt.timedelta(seconds=2), timeout=60,
                what="two more ticks after the take-over")  # fmt: skip
     processes.stop_all()
     assert [r.tick_id for r in runs(db)].count(tick_id) == 1
@@ -159,9 +161,10 @@ def test_a_tick_whose_coordinator_was_killed_mid_tick_is_taken_over_and_runs_onc
         state = c.workers["sync"].state(s, tick_id)
     assert state is not None and state["execution_status"] is ExecutionStatus.FINISHED
     assert state["attempts"] == 2  # the killed attempt counts: it was taken over
-    assert_each_due_time_ran_once(db)
+    assert_each_due_time_ran_once(db, every=1)
 
 
+@pytest.mark.slow
 def test_after_all_coordinators_stopped_exactly_catch_up_missed_ticks_run_at_restart(
     db: Database, processes: Processes, tmp_path: Path
 ) -> None:
@@ -199,6 +202,8 @@ def test_after_all_coordinators_stopped_exactly_catch_up_missed_ticks_run_at_res
     assert after[:2] == [latest + dt.timedelta(seconds=4), latest + dt.timedelta(seconds=8)]  # then on time
 
 
+# Bounds how late a row is picked up: parallel workers sharing the cores would stretch it.
+@pytest.mark.serial
 def test_due_rows_are_picked_up_on_time_with_polls_of_120_s(db: Database) -> None:
     c = periodic.build(db.url, **SLOW)
     c.start(["publish"])

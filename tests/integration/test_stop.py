@@ -52,6 +52,8 @@ def test_stop_waits_for_running_handlers(app: App, tmp_path: Path) -> None:
     wait_until(lambda: not any(pid_alive(p) for p in _children(app)), what="handler processes to exit")
 
 
+# Bounds how long stop() takes: parallel workers sharing the cores would measure them instead.
+@pytest.mark.serial
 def test_stop_with_a_timeout_ends_handlers_and_releases_their_claims(app: App, tmp_path: Path) -> None:
     c = app.coordinator(lease_seconds=300)
     ids = app.add(f"wait:{tmp_path / 'never'}", f"wait:{tmp_path / 'never'}")

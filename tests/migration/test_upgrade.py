@@ -130,6 +130,7 @@ def _wakeup_changes(backend: str) -> list[str]:
     return ["created dbworker_sweeps", "created dbworker_changes", "wake-up triggers on items"]
 
 
+@pytest.mark.slow
 def test_old_database_keeps_working_before_and_after_the_upgrade(db: Database) -> None:
     build_old_database(db)
     c = basic.build(db.url, app_tables=False, work_tables=False, **FAST)
