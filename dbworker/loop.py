@@ -25,24 +25,17 @@ from dbworker.engine.fetch import Fetcher
 from dbworker.engine.picker import Picker
 from dbworker.engine.recorder import Recorder
 from dbworker.engine.runner import Runner
+from dbworker.messages import Outcome
 from dbworker.observe import Observer
-from dbworker.pool import EndReason, Pool
+from dbworker.pool import Pool
 from dbworker.settings import Settings
-from dbworker.sql import claims, poolers, tables
+from dbworker.sql import items, poolers, tables
 from dbworker.sweep import Sweep
+from dbworker.tuning import ERROR_FIRST_WAIT, ERROR_MAX_WAIT, LOCKED_ROWS_FIRST_WAIT, LOOKUP_SECONDS
 from dbworker.workers import RegisteredWorker
 
 log = logging.getLogger("dbworker")
 
-ERROR_FIRST_WAIT = 0.1
-ERROR_MAX_WAIT = 5.0
-# How often a loop reads the soonest waiting items of its worker and whether it is paused
-# fleet-wide (at most max_poll_seconds), both on one connection: an item another pod made wait
-# is picked up within this much of its time, and a pause stops claims within it.
-LOOKUP_SECONDS = 1.0
-# A round skipped rows another transaction had locked (another worker's claim on the same
-# source, an application's lock): the loop claims again this soon, doubling while they stay so.
-LOCKED_ROWS_FIRST_WAIT = 0.02
 
 
 class Waker:
@@ -91,7 +84,7 @@ class WorkerLoop:
         shares_source: bool = False,
         hint: poolers.Hint | None = None,
     ) -> None:
-        """``fed``: the worker's source has the wake-up triggers (``sweep.FED_WRAP_SPACING``);
+        """``fed``: the worker's source has the wake-up triggers (``tuning.FED_WRAP_SPACING``);
         ``shares_source``: another registered worker claims rows of the same source table."""
         self.worker = worker
         self.engine = engine
@@ -127,7 +120,7 @@ class WorkerLoop:
 
     def end_running(self) -> int:
         """End running handlers now; their claims are given back by the loop."""
-        n = self.pool.end_busy(EndReason.ABORTED)
+        n = self.pool.end_busy(Outcome.ABORTED)
         self._waker.wake()
         return n
 
@@ -153,11 +146,11 @@ class WorkerLoop:
         """The worker is paused fleet-wide (sql/pauses.py): no claims."""
         return self.picker.paused
 
-    def held_claims(self) -> list[claims.Claim]:
+    def held_claims(self) -> list[items.Claim]:
         """Claims whose leases this loop keeps: running and prefetched (any thread)."""
         return self.runner.held_claims()
 
-    def claims_lost(self, lost: list[claims.Claim]) -> None:
+    def claims_lost(self, lost: list[items.Claim]) -> None:
         """These claims are no longer ours (cancelled, or taken over): end their handlers now
         (any thread). Their writes roll back with the process; nothing is recorded for them.
         """

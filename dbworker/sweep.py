@@ -19,21 +19,7 @@ from typing import Any
 
 from dbworker.sql import notify, sweeps
 from dbworker.sql.claims import Round
-
-# A sweep from the start (a wrap) walks the finished history once: the next one waits at
-# least this many times as long as the last took, so wraps cost at most about 1% of the
-# time whatever the history (100,000 finished items: ~0.1 s on PostgreSQL here).
-WRAP_SPACING = 100
-# With wake-up triggers on the source every write to it names its rows, so a periodic wrap
-# only finds rows made claimable by something else (another table its eligible query
-# reads, the clock): it waits this many times as long as the last took, and at least
-# FED_WRAP_POLLS polls. Idle, a fleet's wraps then cost about 0.01% of a core per loop,
-# whatever the history. Wake-ups that name no row still wrap at WRAP_SPACING.
-FED_WRAP_SPACING = 10_000
-FED_WRAP_POLLS = 6
-# Keys of items this loop saw end recently: a notification for one of them is most likely
-# its handler's own write to its row, which needs no claim.
-RECENT_ENDED = 1024
+from dbworker.tuning import FED_WRAP_POLLS, FED_WRAP_SPACING, RECENT_ENDED, WRAP_SPACING
 
 
 @dataclass(frozen=True)

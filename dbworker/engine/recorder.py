@@ -18,8 +18,9 @@ from dbworker import messages
 from dbworker.engine.context import Context
 from dbworker.engine.picker import Picker
 from dbworker.engine.runner import Runner
-from dbworker.pool import Died, Done, EndReason, Skipped, describe_exit
-from dbworker.sql import attempts, claims, notify
+from dbworker.messages import Outcome
+from dbworker.pool import Died, Done, Skipped, describe_exit
+from dbworker.sql import items, notify
 from dbworker.sql.dialects import connect
 
 log = logging.getLogger("dbworker")
@@ -77,8 +78,7 @@ class Recorder:
                         "the claim is given back", name, sid, report.summary)  # fmt: skip
             self._ctx.observer.db_error(name, operation="complete", error=RuntimeError(report.summary))
             self.give_back(ev.claim)
-            outcome = messages.LOST
-        self._ctx.observer.executed(name, outcome=outcome, seconds=report.seconds)
+        self._ctx.observer.executed(name, outcome=Outcome(outcome).observed, seconds=report.seconds)
         self._active()
         if outcome in (messages.FINISHED, messages.FAILED):
             self._picker.ended(sid)
@@ -94,48 +94,46 @@ class Recorder:
                 log.error("dbworker worker %s: a handler process %s before it was ready; starting another",
                           name, describe_exit(ev.exitcode))  # fmt: skip
             return
-        if ev.ended is EndReason.ABORTED:
+        if ev.ended is Outcome.ABORTED:
             # Ended by a stop deadline: given back without counting, so a deploy never uses
             # up an item's attempts.
             self.give_back(ev.claim)
             self._ctx.observer.executed(name, outcome=messages.ABORTED, seconds=None)
-        elif ev.ended is EndReason.LOST:
+        elif ev.ended is Outcome.LOST:
             # Cancelled or taken over: the record is someone else's now; the writes rolled back.
             self._ctx.observer.executed(name, outcome=messages.LOST, seconds=None)
         else:
-            timed_out = ev.ended is EndReason.TIMED_OUT
-            if timed_out:
-                error = f"handler timed out after {self._ctx.worker.timeout:g} s"
+            if ev.ended is Outcome.TIMED_OUT:
+                error, final = f"handler timed out after {self._ctx.worker.timeout:g} s", Outcome.TIMED_OUT
             else:
-                error = f"handler process died: {describe_exit(ev.exitcode)}"
-            outcome = self._attempt_failed(ev.claim, error)
-            if outcome == messages.FAILED:
-                outcome = messages.TIMED_OUT if timed_out else messages.CRASHED
+                error, final = f"handler process died: {describe_exit(ev.exitcode)}", Outcome.CRASHED
+            outcome = self._attempt_failed(ev.claim, error, final)
             self._ctx.observer.executed(name, outcome=outcome, seconds=None)
         self._active()
 
     def _active(self) -> None:
         self._ctx.observer.active(self._ctx.worker.name, running=self._runner.running())
 
-    def _attempt_failed(self, claim: claims.Claim, error: str) -> str:
+    def _attempt_failed(self, claim: items.Claim, error: str, final: Outcome) -> Outcome:
         """Record an attempt whose process ended with the item (died, timed out): retried if
-        the worker's Retry allows, else failed. Returns ``messages.RETRIED``, ``FAILED`` or ``LOST``.
+        the worker's Retry allows, else failed. Returns ``Outcome.RETRIED``, ``final`` (crashed,
+        timed_out) or ``LOST``; ``final`` too when the database could not be reached.
         """
         w = self._ctx.worker
         try:
             with connect(self._ctx.engine) as conn:
-                outcome, after = attempts.fail(conn, w.table, claim, error=error, retry=w.retry)
+                outcome, after = items.failed_attempt(conn, w.table, claim, error=error, retry=w.retry, final=final)
         except Exception as exc:
             self._ctx.db_error("complete", exc)
-            return messages.FAILED
-        if outcome == messages.RETRIED:
+            return final
+        if outcome is Outcome.RETRIED:
             log.warning("dbworker worker %s: item %r: %s; retried", w.name, claim.source_id, error)
             self._picker.wait_until(claim.source_id, after)
         else:
             log.warning("dbworker worker %s: item %r failed: %s", w.name, claim.source_id, error)
         return outcome
 
-    def give_back(self, *given: claims.Claim, started: bool = False) -> None:
+    def give_back(self, *given: items.Claim, started: bool = False) -> None:
         """Release claims so any process may take them now, and say so (PostgreSQL).
 
         Other pods' sweeps may have passed these items: the notification has them claimed
@@ -147,7 +145,7 @@ class Recorder:
             self._picker.claimable_again(claim.source_id)
             try:
                 with connect(self._ctx.engine) as conn:
-                    if claims.release(conn, w.table, claim, started=started):
+                    if items.give_back(conn, w.table, claim, started=started):
                         released.append(claim.source_id)
             except Exception as exc:
                 self._ctx.db_error("complete", exc)

@@ -13,14 +13,12 @@ import collections
 import threading
 
 from dbworker import child
+from dbworker.messages import Outcome
 from dbworker.observe import Observer
-from dbworker.pool import EndReason, Pool
-from dbworker.sql.claims import Claim
+from dbworker.pool import Pool
+from dbworker.sql.items import Claim
+from dbworker.tuning import PREFETCH_BELOW_SECONDS, PREFETCH_MAX_PER_SLOT, PREFETCH_WINDOW_SECONDS
 from dbworker.workers import RegisteredWorker
-
-PREFETCH_BELOW_SECONDS = 0.5  # handlers faster than this on average get prefetched items
-PREFETCH_WINDOW_SECONDS = 0.1  # ... as many per slot as fit in this much handler time
-PREFETCH_MAX_PER_SLOT = 16
 
 
 class Runner:
@@ -59,7 +57,7 @@ class Runner:
             kept = [c for c in self._queue if c.token not in tokens]
             self._queue.clear()
             self._queue.extend(kept)
-        return self.pool.end_claims(tokens, EndReason.LOST) > 0
+        return self.pool.end_claims(tokens, Outcome.LOST) > 0
 
     # --- the loop's thread -----------------------------------------------------------------
     def prefetch(self) -> int:

@@ -15,12 +15,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
-from dbworker.contract import ExecutionStatus
-from dbworker.sql import claimer, dialects
-
-WORKING = ExecutionStatus.WORKING.value
-UNFINISHED = ExecutionStatus.UNFINISHED.value
-DONE = (ExecutionStatus.FINISHED.value, ExecutionStatus.FAILED.value)
+from dbworker.sql import claimer, dialects, states
+from dbworker.sql.states import DONE, UNFINISHED, WORKING
 
 # Columns written by a first claim, in the order the INSERT ... SELECT forms list them.
 _CLAIM_COLUMNS = ["source_id", "execution_status", "claim_token", "lease_expires_at", "error", "attempts", "claimed_by"]
@@ -305,11 +301,9 @@ def _sid(table: sa.Table) -> sa.BindParameter[Any]:
     return sa.bindparam("dbw_sid", type_=table.c.source_id.type)
 
 
-def _held(table: sa.Table) -> sa.ColumnElement[bool]:
-    """The record of ``dbw_sid`` is WORKING under the token ``dbw_token`` (the fence)."""
-    w = table.c
-    token = sa.bindparam("dbw_token", type_=w.claim_token.type)
-    return sa.and_(w.source_id == _sid(table), w.claim_token == token, w.execution_status == WORKING)
+def _fenced(table: sa.Table) -> sa.ColumnElement[bool]:
+    """The record of ``dbw_sid`` is WORKING under the token ``dbw_token`` (``states.fence``)."""
+    return states.fence(table, _sid(table), sa.bindparam("dbw_token", type_=table.c.claim_token.type))
 
 
 def _lease_over(table: sa.Table, caps: dialects.Capabilities) -> sa.ColumnElement[bool]:
@@ -462,7 +456,7 @@ def renew(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
 
     Locks: as ``again``.
     """
-    return sa.update(table).where(_held(table)).values(lease_expires_at=caps.now_plus_param("dbw_lease"))
+    return sa.update(table).where(_fenced(table)).values(lease_expires_at=caps.now_plus_param("dbw_lease"))
 
 
 def complete(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
@@ -474,7 +468,7 @@ def complete(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
     """
     w = table.c
     status = sa.bindparam("dbw_status", type_=w.execution_status.type)
-    return sa.update(table).where(_held(table)).values(
+    return sa.update(table).where(_fenced(table)).values(
         ended_at=sa.case((status == UNFINISHED, w.ended_at), else_=caps.now()),
         execution_status=status,
         claim_token=None,
@@ -491,7 +485,7 @@ def step_over(table: sa.Table) -> sa.Update:
 
     Locks: as ``complete``.
     """
-    return sa.update(table).where(_held(table)).values(
+    return sa.update(table).where(_fenced(table)).values(
         execution_status=UNFINISHED,
         claim_token=None,
         lease_expires_at=None,

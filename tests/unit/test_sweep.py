@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dbworker import sweep as sweeps
+from dbworker import tuning
 from dbworker.sql import notify
 from dbworker.sql.claims import Claim, Round
 from dbworker.sweep import Position, Sweep
@@ -61,15 +61,15 @@ def test_with_wakeup_triggers_periodic_wraps_are_rare_and_wake_ups_still_wrap() 
     """The triggers name every written row: a periodic wrap only catches what they cannot see."""
     s = Sweep(keys_as_text=True, max_poll_seconds=1, fed=True)
     swept(s, now=0.0, last_key=3, seconds=0.0001)
-    begin(s, sweeps.FED_WRAP_POLLS * 1 - 0.1)
+    begin(s, tuning.FED_WRAP_POLLS * 1 - 0.1)
     assert not s.wrapping  # no wrap at max_poll_seconds, as without triggers
-    begin(s, sweeps.FED_WRAP_POLLS * 1 + 0.1)
+    begin(s, tuning.FED_WRAP_POLLS * 1 + 0.1)
     assert s.wrapping
     s = Sweep(keys_as_text=True, max_poll_seconds=1, fed=True)
     swept(s, now=0.0, last_key=3, seconds=0.5)  # a slow wrap: 10,000 times as long
     begin(s, 0.5 + 1000.0)
     assert not s.wrapping
-    assert s.behind(0.5 + sweeps.WRAP_SPACING * 0.5 + 0.1)  # a wake-up naming no row may wrap
+    assert s.behind(0.5 + tuning.WRAP_SPACING * 0.5 + 0.1)  # a wake-up naming no row may wrap
 
 
 def test_wraps_are_due_after_max_poll_or_a_hundred_times_their_cost() -> None:
@@ -77,7 +77,7 @@ def test_wraps_are_due_after_max_poll_or_a_hundred_times_their_cost() -> None:
     swept(s, now=0.0, last_key=3, seconds=0.3)  # a slow wrap: 0.3 s
     begin(s, 0.5 + 0.3)
     assert not s.wrapping  # max_poll_seconds passed, but not 100 x 0.3 s
-    begin(s, 0.3 + sweeps.WRAP_SPACING * 0.3)
+    begin(s, 0.3 + tuning.WRAP_SPACING * 0.3)
     assert s.wrapping
     fast = Sweep(keys_as_text=True, max_poll_seconds=0.5)
     swept(fast, now=0.0, last_key=3, seconds=0.001)
@@ -167,7 +167,7 @@ def test_an_unnamed_wake_up_wraps_at_once_or_owes_a_wrap_for_when_its_cost_allow
     s.wake()
     assert s.take_named() == ([], True)
     assert s.behind(1.0) is False and s.wrap_owed
-    assert s.next_claim(100.0) == 0.3 + sweeps.WRAP_SPACING * 0.3
+    assert s.next_claim(100.0) == 0.3 + tuning.WRAP_SPACING * 0.3
     assert s.next_claim(5.0) == 5.0
     begin(s, 31.0)  # the owed wrap is due
     assert s.wrapping
@@ -191,7 +191,7 @@ def test_expired_claims_are_looked_up_between_wraps_every_max_poll() -> None:
 def test_recently_ended_keys_are_bounded() -> None:
     s = Sweep(keys_as_text=True, max_poll_seconds=10)
     swept(s, now=0.0, last_key=10**9)
-    for k in range(sweeps.RECENT_ENDED + 1):
+    for k in range(tuning.RECENT_ENDED + 1):
         s.ended(k)
     s.wake(["0", "1"])
     assert s.take_named() == (["0"], False)  # the oldest was forgotten
