@@ -22,13 +22,13 @@ from sqlalchemy.orm import Session
 
 from dbworker import logs, messages, redact
 from dbworker.contract import ExecutionStatus, Finished, Handler, LostClaim, Unfinished
-from dbworker.messages import FINISHED, LOST, RETRY, UNFINISHED, Report
+from dbworker.messages import FINISHED, LOST, RETRY, UNFINISHED, Outcome, Report
 from dbworker.retries import Retry
-from dbworker.sql import attempts, claims, dialects, statements, tables
+from dbworker.sql import dialects, items, statements, tables
+from dbworker.tuning import PARENT_CHECK_SECONDS
 
 EXIT_ORPHANED = 3  # the coordinator died; the work is left for another to take over
 _MAY_COMMIT = "dbworker.may_commit"
-_PARENT_CHECK_SECONDS = 0.5
 
 
 
@@ -65,7 +65,7 @@ def _guard_commit(session: Session) -> None:
 def _watch_parent(parent_pid: int) -> None:
     # An orphaned handler process must not linger: its claim will be taken over elsewhere.
     while True:
-        time.sleep(_PARENT_CHECK_SECONDS)
+        time.sleep(PARENT_CHECK_SECONDS)
         if os.getppid() != parent_pid:
             os._exit(EXIT_ORPHANED)
 
@@ -83,7 +83,7 @@ class Runner:
         self.engine = sa.create_engine(config.database_url, **config.engine_options) if engine is None else engine
         self.table = tables.work_table(config.worker, config.source)
         self.secrets = redact.url_secrets(config.database_url)
-        self._complete = claims.Completer(self.table)
+        self._complete = items.Completer(self.table)
         # Built once: session.get() redoes per call what a fresh session never needs
         # (identity-map lookup, a new statement and its cache key).
         self._load = statements.load_source(config.source)
@@ -102,7 +102,7 @@ class Runner:
         except Exception:  # noqa: BLE001 - the first item retries and reports what fails
             pass
 
-    def run(self, claim: claims.Claim) -> Report:
+    def run(self, claim: items.Claim) -> Report:
         start = time.perf_counter()
         self._last_exc: BaseException | None = None
         self._traceback: str | None = None
@@ -124,7 +124,7 @@ class Runner:
         error, self._traceback = self.describe(exc)
         return error
 
-    def _execute(self, claim: claims.Claim) -> tuple[str, str | None]:
+    def _execute(self, claim: items.Claim) -> tuple[Outcome, str | None]:
         # No expiry at commit: the session closes right after, so reloading is never needed.
         retry = self.config.retry
         if retry is not None and not self._attempt_allowed(claim, retry.max_attempts):
@@ -155,7 +155,7 @@ class Runner:
             try:
                 conn = session.connection()
                 if after:  # not claimable again before ``after`` seconds (database clock)
-                    current = attempts.unfinished(conn, self.table, claim, after=after)
+                    current = items.unfinish(conn, self.table, claim, after=after)
                     self._after = after
                 else:  # the hot path, precompiled; Unfinished() starts the next step's attempts
                     status = ExecutionStatus.FINISHED if isinstance(result, Finished) else ExecutionStatus.UNFINISHED
@@ -173,26 +173,26 @@ class Runner:
         finally:
             session.close()  # rolls back whatever is left; never commits
 
-    def _attempt_allowed(self, claim: claims.Claim, max_attempts: int) -> bool:
+    def _attempt_allowed(self, claim: items.Claim, max_attempts: int) -> bool:
         """False (and the item recorded FAILED) when this claim took over an item whose last
         allowed attempt died with its process: taking over counts an attempt too.
         """
         try:
             with self.engine.connect() as conn:
-                attempt = attempts.attempts_of(conn, self.table, claim)
+                attempt = items.attempt_of(conn, self.table, claim)
                 conn.rollback()
                 if attempt is None or attempt <= max_attempts:
                     return True
-                attempts.fail(conn, self.table, claim, error="handler process died on its last allowed attempt "
-                              f"(attempt {attempt - 1} of {max_attempts}; its lease expired)")  # fmt: skip
+                items.failed_attempt(conn, self.table, claim, error="handler process died on its last allowed "
+                                     f"attempt (attempt {attempt - 1} of {max_attempts}; its lease expired)")  # fmt: skip
         except Exception:  # noqa: BLE001 - the run itself meets and reports what fails
             return True
         return False
 
-    def _record_failure(self, claim: claims.Claim, error: str, exc: BaseException) -> tuple[str, str | None]:
+    def _record_failure(self, claim: items.Claim, error: str, exc: BaseException) -> tuple[Outcome, str | None]:
         try:
             with self.engine.connect() as conn:
-                outcome, self._after = attempts.fail(
+                outcome, self._after = items.failed_attempt(
                     conn, self.table, claim, error=error, traceback=self._traceback,
                     retry=self.config.retry, exc=exc,
                 )  # fmt: skip
@@ -285,7 +285,7 @@ def main(config: ChildConfig, conn: Any) -> None:
     try:
         while (item := inbox.next()) is not None:
             source_id, token = item
-            report = runner.run(claims.Claim(source_id, token))
+            report = runner.run(items.Claim(source_id, token))
             inbox.send((messages.DONE, report))
     finally:
         runner.close()

@@ -19,9 +19,10 @@ from sqlalchemy.engine import Engine
 from dbworker import redact
 from dbworker.backoff import Backoff
 from dbworker.observe import Observer
-from dbworker.sql import claims, poolers
-from dbworker.sql.claims import Claim
+from dbworker.sql import items, poolers
 from dbworker.sql.dialects import connect
+from dbworker.sql.items import Claim
+from dbworker.tuning import RENEW_ERROR_FIRST_WAIT
 from dbworker.workers import RegisteredWorker
 
 log = logging.getLogger("dbworker")
@@ -69,7 +70,7 @@ class LeaseKeeper:
         self._stop.set()
 
     def _run(self) -> None:
-        errors = Backoff(0.2, self._interval, jitter=0.5)
+        errors = Backoff(RENEW_ERROR_FIRST_WAIT, self._interval, jitter=0.5)
         wait = self._interval
         while not self._stop.wait(wait):
             failed = False
@@ -88,7 +89,7 @@ class LeaseKeeper:
         name = loop.worker.name
         try:
             with connect(loop.engine) as conn:
-                lost = claims.renew(conn, loop.worker.table, running, lease_seconds=self._lease)
+                lost = items.renew(conn, loop.worker.table, running, lease_seconds=self._lease)
         except Exception as exc:
             log.warning("dbworker worker %s: database error during renew: %s", name, redact.describe(exc, self._secrets))
             self._hint.check(name, exc)

@@ -8,6 +8,7 @@ data only: both sides of the pipe and the metrics import this, and it imports no
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,20 +21,48 @@ READY = "ready"
 SKIPPED = "skipped"
 DONE = "done"
 
-# What a handler process reports for one item. "lost": the claim was no longer current at
-# the commit (result discarded); "retry": a transient database error kept the result from
-# being committed, so the coordinator gives the claim back.
-FINISHED, UNFINISHED, FAILED, LOST, RETRY = "finished", "unfinished", "failed", "lost", "retry"
-RETRIED = "retried"
+
+
+class Outcome(enum.StrEnum):
+    """How one execution of an item ended: the one vocabulary of handler processes, the
+    pool, the engine, observers and metrics (a member is its label value).
+
+    The item's state after each (``sql.items`` makes the change): finished: FINISHED;
+    unfinished: UNFINISHED (``Unfinished()``, maybe after a wait); failed, crashed (its
+    process died with it), timed_out (it ran past the worker's timeout): FAILED; retried
+    (an attempt failed and the worker's Retry gives it another): UNFINISHED after the
+    retry's delay; aborted (ended at a stop deadline), retry (a transient database error
+    kept the result from being committed): given back, UNFINISHED at once; lost (the claim
+    was no longer ours at the commit, or was cancelled or taken over): the record is
+    someone else's, nothing is written.
+    """
+
+    FINISHED = "finished"
+    UNFINISHED = "unfinished"
+    FAILED = "failed"
+    LOST = "lost"
+    RETRY = "retry"
+    RETRIED = "retried"
+    CRASHED = "crashed"
+    ABORTED = "aborted"
+    TIMED_OUT = "timed_out"
+
+    @property
+    def observed(self) -> Outcome:
+        """The outcome observers see: ``retry`` is given back without running, so ``lost``."""
+        return Outcome.LOST if self is Outcome.RETRY else self
+
+
+FINISHED, UNFINISHED, FAILED, LOST, RETRY = (Outcome.FINISHED, Outcome.UNFINISHED, Outcome.FAILED,
+                                             Outcome.LOST, Outcome.RETRY)  # fmt: skip
+RETRIED, CRASHED, ABORTED, TIMED_OUT = Outcome.RETRIED, Outcome.CRASHED, Outcome.ABORTED, Outcome.TIMED_OUT
+# What a handler process reports for one item (the others only the coordinator knows).
 REPORTED = (FINISHED, UNFINISHED, FAILED, LOST, RETRY, RETRIED)
-# What the coordinator itself decides: the process died with the item ("crashed"), the
-# coordinator ended it at a stop deadline and gave the claim back ("aborted"), or it ran
-# past the worker's timeout and failed ("timed_out"). "retried" (also reported by handler
-# processes): an attempt failed and the worker's Retry gives the item another.
-CRASHED, ABORTED, TIMED_OUT = "crashed", "aborted", "timed_out"
 # Execution outcomes as observers see them (and metric label values). Final failures are
 # failed, crashed and timed_out; retried attempts are not failures of the item.
 OUTCOMES = (FINISHED, UNFINISHED, FAILED, CRASHED, LOST, ABORTED, RETRIED, TIMED_OUT)
+# What ends a busy handler process early, besides its own death: the pool ends it for one of these.
+ENDED_BY_POOL = (ABORTED, TIMED_OUT, LOST)
 
 
 @dataclass(frozen=True)
@@ -42,7 +71,7 @@ class Report:
 
     source_id: Any
     token: str
-    outcome: str  # one of REPORTED
+    outcome: Outcome  # one of REPORTED
     seconds: float
     error: str | None = None  # the exception's text, for the work record's error
     summary: str = ""  # one line, for logs

@@ -25,7 +25,9 @@ from typing import Any
 
 from dbworker import child, messages
 from dbworker.backoff import Backoff
-from dbworker.sql.claims import Claim
+from dbworker.messages import Outcome
+from dbworker.sql.items import Claim
+from dbworker.tuning import RESPAWN_FIRST_WAIT, RESPAWN_MAX_WAIT
 
 _CONTEXT = multiprocessing.get_context("spawn")  # no fork: the coordinator runs threads
 
@@ -35,14 +37,6 @@ class State(enum.Enum):
     IDLE = "idle"
     BUSY = "busy"
     DEAD = "dead"
-
-
-class EndReason(enum.Enum):
-    """Why the pool itself ended a busy slot's process."""
-
-    ABORTED = "aborted"  # drain deadline or abort(): give the claim back
-    TIMED_OUT = "timed_out"  # ran longer than the worker's timeout: a failed attempt
-    LOST = "lost"  # its claim is no longer ours (cancelled, or taken over): nothing to record
 
 
 @dataclass
@@ -55,7 +49,9 @@ class Slot:
     pending: Claim | None = None  # handed over behind ``claim``, not started
     cancelled: str | None = None  # token of the last claim a cancel was sent for
     since: float = 0.0  # when ``claim`` became the item the process runs (monotonic)
-    ended: EndReason | None = None
+    # Why the pool itself ended the process (one of messages.ENDED_BY_POOL): aborted (a drain
+    # deadline: give the claim back), timed_out (a failed attempt), lost (nothing to record).
+    ended: Outcome | None = None
     ending: str | None = None  # token of the item ``ended`` was meant for (see _on_message)
     respawn_at: float = 0.0
 
@@ -77,7 +73,7 @@ class Skipped:
 class Died:
     claim: Claim | None  # the item it was running, if any
     exitcode: int | None
-    ended: EndReason | None  # set when the pool ended it on purpose
+    ended: Outcome | None  # set when the pool ended it on purpose
     before_ready: bool
     pending: Claim | None = None  # handed over behind ``claim``, never started
 
@@ -109,7 +105,7 @@ class Pool:
         self._timeout = timeout
         self._slots = [Slot(i) for i in range(size)]
         self._lock = threading.Lock()
-        self._respawn = [Backoff(0.5, 30.0) for _ in range(size)]
+        self._respawn = [Backoff(RESPAWN_FIRST_WAIT, RESPAWN_MAX_WAIT) for _ in range(size)]
 
     # --- views, safe from any thread -------------------------------------------------
     def idle(self) -> int:
@@ -292,7 +288,7 @@ class Pool:
             if slot.ended is not None and slot.claim is not None and slot.ending != slot.claim.token:
                 # The item the process was ended for had already finished: the kill meets the
                 # one that started behind it, which did nothing wrong. It is given back.
-                slot.ended = EndReason.ABORTED
+                slot.ended = Outcome.ABORTED
         report: messages.Report = message[1]
         assert claim is not None and claim.token == report.token
         return [Done(claim, report)]
@@ -328,13 +324,13 @@ class Pool:
                 if left > 0:
                     due.append(left)
                 elif s.process is not None:
-                    s.ended, s.ending = EndReason.TIMED_OUT, s.claim.token
+                    s.ended, s.ending = Outcome.TIMED_OUT, s.claim.token
                     overdue.append(s.process)
         for process in overdue:
             process.kill()
         return min(due) if due else None
 
-    def end_claims(self, tokens: set[str], reason: EndReason) -> int:
+    def end_claims(self, tokens: set[str], reason: Outcome) -> int:
         """End the processes running the claims with these tokens (any thread); return how many.
 
         A listed claim handed over behind a running one is taken back instead (``skipped``).
@@ -355,7 +351,7 @@ class Pool:
             process.kill()
         return len(ended)
 
-    def end_busy(self, reason: EndReason) -> int:
+    def end_busy(self, reason: Outcome) -> int:
         """Kill every busy slot's process now (any thread); the deaths arrive through ``wait``."""
         with self._lock:
             busy = [s for s in self._slots if s.state is State.BUSY]

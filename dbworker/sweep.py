@@ -1,7 +1,8 @@
 """Where a worker's next claim looks: the key-order sweep, its wraps, and rows named by key.
 
-Pure policy for one claim loop, no database: the loop asks what to claim, runs the SQL
-(``sql.claims``) and tells the sweep what the round saw. A worker whose eligible query has
+Pure policy for one claim loop, no database: the engine's fetch asks what to claim, runs the
+SQL (``sql.claims``), reads what a decision needs (``needs_lowest``, ``needs_top``,
+``needs_top_to_resume``) and tells the sweep what it saw (``saw``, ``turn``, ``ready_again``). A worker whose eligible query has
 no order of its own is swept in key order from a cursor, so finished history below the
 cursor is not walked again; the cursor wraps to the start now and then (lower keys may be
 claimable again). Rows named by wake-ups or made claimable again are claimed by key,
@@ -12,25 +13,22 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from dbworker.sql import notify
+from dbworker.sql import notify, sweeps
+from dbworker.sql.claims import Round
+from dbworker.tuning import FED_WRAP_POLLS, FED_WRAP_SPACING, RECENT_ENDED, WRAP_SPACING
 
-# A sweep from the start (a wrap) walks the finished history once: the next one waits at
-# least this many times as long as the last took, so wraps cost at most about 1% of the
-# time whatever the history (100,000 finished items: ~0.1 s on PostgreSQL here).
-WRAP_SPACING = 100
-# With wake-up triggers on the source every write to it names its rows, so a periodic wrap
-# only finds rows made claimable by something else (another table its eligible query
-# reads, the clock): it waits this many times as long as the last took, and at least
-# FED_WRAP_POLLS polls. Idle, a fleet's wraps then cost about 0.01% of a core per loop,
-# whatever the history. Wake-ups that name no row still wrap at WRAP_SPACING.
-FED_WRAP_SPACING = 10_000
-FED_WRAP_POLLS = 6
-# Keys of items this loop saw end recently: a notification for one of them is most likely
-# its handler's own write to its row, which needs no claim.
-RECENT_ENDED = 1024
+
+@dataclass(frozen=True)
+class Position:
+    """Where a sweep round starts: after ``cursor`` (None: from the first row), or at it
+    (``inclusive``)."""
+
+    cursor: Any
+    inclusive: bool = False
 
 
 class Sweep:
@@ -39,12 +37,20 @@ class Sweep:
     ``keys_as_text``: rows are named by their keys' text form (PostgreSQL, where claims
     take rows by that form and notifications carry it), else by their values.
     ``max_poll_seconds``: the longest a wrap, or a look for expired claims, waits.
+    ``shares_source``: another registered worker claims rows of the same source table, so
+    a round may skip rows that worker's claim holds for a moment (see ``saw``).
     """
 
     def __init__(self, *, keys_as_text: bool, max_poll_seconds: float,
-                 parse_key: Callable[[str], Any] | None = None, fed: bool = False) -> None:  # fmt: skip
+                 parse_key: Callable[[str], Any] | None = None, fed: bool = False,
+                 shares_source: bool = False) -> None:  # fmt: skip
         self.keys_as_text = keys_as_text
         self.fed = fed  # the source has the wake-up triggers (see FED_WRAP_SPACING)
+        self.shares_source = shares_source
+        # The last sweep round skipped rows another transaction had locked (SKIP LOCKED):
+        # they are claimable once it commits, so the engine claims again soon.
+        self.skipped_locked = False
+        self._fleet_wrap = False  # this loop won the fleet's wrap (sql.sweeps): record it
         # Elsewhere, a wake-up's key texts (the change table's) as claims take keys; None
         # for a text it cannot read (that wake-up names no row).
         self._parse_key = parse_key
@@ -142,13 +148,16 @@ class Sweep:
             return False
         return self.cursor is not None or not self._started
 
-    def turn(self, now: float, *, won: bool, due_in: float, low: Any = None, inclusive: bool = False) -> None:
+    def turn(self, now: float, *, won: bool, due_in: float, low: Any = None, inclusive: bool = False,
+             fleet: bool = True) -> None:  # fmt: skip
         """The fleet's answer to ``begin``: ``won``, wrap now; else the next periodic wrap is
         the fleet's, ``due_in`` seconds from now, and a first claim starts at ``low``, where
-        the last wrap left off (None: unknown, so it wraps itself).
+        the last wrap left off (None: unknown, so it wraps itself). ``fleet=False``: the
+        fleet could not be asked (no table): the wrap is this loop's alone, not recorded.
         """
         first = not self._started
         self._started = True
+        self._fleet_wrap = won and fleet
         if won:
             self.cursor = None
             return
@@ -266,3 +275,89 @@ class Sweep:
     def next_claim(self, planned: float) -> float:
         """When the next claim should run, given the poll wait's ``planned`` time (monotonic)."""
         return min(planned, self._wrap_allowed_at) if self.wrap_owed else planned
+
+    # --- decisions on what the engine read (pure: the engine reads, these decide) --------
+    def position(self) -> Position:
+        """Where the next sweep round starts."""
+        return Position(self.cursor, self.inclusive)
+
+    def needs_top_to_resume(self, *, won: bool, low: Any) -> bool:
+        """A first claim that starts at the fleet's ``low`` needs the source's top key: if
+        the source was emptied since, keys start over (``resume_at``)."""
+        return not self._started and low is not None and not won
+
+    @staticmethod
+    def resume_at(low: Any, top: Any) -> Any:
+        """Where a first claim starts given the fleet's ``low`` and the source's ``top`` key
+        now: nowhere past the top (the source was emptied since: from the first row)."""
+        return None if top is None or low > top else low
+
+    def ready_again(self, ready: Sequence[Any]) -> None:
+        """A starting loop read the items claimable again (given back by pods that stopped,
+        reset), up to ``notify.MAX_NAMED_ROWS + 1``: they may lie below where the fleet's last
+        wrap left off, so each is named; too many to name walk from the first row."""
+        if len(ready) > notify.MAX_NAMED_ROWS:
+            self.cursor = None
+        for source_id in ready:
+            self.claimable_again(source_id)
+
+    def needs_lowest(self, rnd: Round) -> bool:
+        """Whether ``saw`` needs the lowest claimable key after the round's start (a read
+        without locks): to tell a row skipped because another transaction had it locked
+        from no claimable row at all.
+
+        A round that took nothing past the cursor needs it, unless it was an ordered
+        query's (``inclusive``), which has looked this way already. A round that took rows
+        needs it only when another worker claims the same source: its claim may hold a row
+        below the ones taken.
+        """
+        if not rnd.swept or rnd.inclusive:
+            return False
+        return rnd.last_key is None or self.shares_source
+
+    def needs_top(self, rnd: Round, lowest: Any) -> bool:
+        """Whether ``saw`` needs the source's top key: the round found nothing claimable
+        past the cursor, and no row was only skipped (``lowest`` as ``needs_lowest`` read)."""
+        return rnd.swept and rnd.last_key is None and (rnd.inclusive or lowest is None)
+
+    def saw(self, start: Position, rnd: Round, *, lowest: Any = None, top: Any = None) -> None:
+        """Move the cursor after a sweep round that started at ``start``.
+
+        ``lowest`` and ``top``: what ``needs_lowest``/``needs_top`` asked the engine to read
+        (None otherwise). Rules:
+        - rows seen: the next round starts after the last (``inclusive``: at it);
+        - nothing claimable past the cursor: the cursor moves to the source's top key, so
+          finished rows there are not walked by every poll until the next wrap;
+        - nothing taken, but a claimable row was skipped, locked by another transaction
+          (another worker's claim, an application's update): the cursor stays and the
+          next claim finds it;
+        - rows taken, but one below them skipped, locked by another worker's claim on the
+          same source: the next round starts where this one did.
+        ``skipped_locked`` says whether rows were skipped that way.
+        """
+        self.skipped_locked = False
+        if not rnd.swept:
+            return
+        if rnd.last_key is None:
+            if not rnd.inclusive and lowest is not None:
+                self.skipped_locked = True  # the cursor stays where the round started
+            else:
+                self.at_top(top)
+            return
+        self.advance(rnd.last_key, inclusive=rnd.inclusive)
+        if self.shares_source and not rnd.inclusive and lowest is not None and lowest < rnd.last_key:
+            self.restart_at(start.cursor, inclusive=start.inclusive)
+            self.skipped_locked = True
+
+    def take_fleet_wrap(self) -> bool:
+        """Whether the wrap just run was the one this loop won from the fleet (asked once)."""
+        won, self._fleet_wrap = self._fleet_wrap, False
+        return won
+
+    def wrap_low(self, rnd: Round) -> str | None:
+        """Where a wrap that ran ``rnd`` left off, as ``sql.sweeps`` records it: the lowest
+        claimable key it found, else the top (None: a key without a text form)."""
+        if rnd.taken:
+            return notify.key_text(rnd.last_key if rnd.inclusive else rnd.taken[0].source_id)
+        top = notify.key_text(self.cursor) if self.cursor is not None else ""
+        return None if top is None else sweeps.TOP + top

@@ -16,7 +16,7 @@ from sqlalchemy.engine import URL
 from dbworker import messages
 from dbworker.child import ChildConfig, Runner
 from dbworker.coordinator import Coordinator
-from dbworker.sql import claims
+from dbworker.sql import claims, items
 from dbworker.sql.dialects import connect
 from dbworker.workers import RegisteredWorker
 
@@ -53,7 +53,7 @@ def drain(coordinator: Coordinator, *, workers: Iterable[str] | None = None, max
             report = runners[name].run(taken[0])
             if report.outcome == messages.RETRY:  # a transient database error: give it back
                 with connect(engine) as conn:
-                    claims.release(conn, w.table, taken[0], started=False)
+                    items.give_back(conn, w.table, taken[0], started=False)
             ran[name] += 1
             total += 1
             progress = True

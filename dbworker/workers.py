@@ -20,7 +20,7 @@ from dbworker.contract import Eligible, ExecutionStatus, Handler
 from dbworker.retries import Retry
 from dbworker.schedules import ticks
 from dbworker.schedules.policy import Schedule
-from dbworker.sql import attempts, names, pauses, status, tables, upgrade
+from dbworker.sql import items, names, pauses, status, tables, upgrade
 from dbworker.sql.due import Due
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
@@ -128,14 +128,14 @@ class WorkerView:
         at its next lease renewal, its writes rolled back. True if it cancelled something; the
         caller commits. ``reset_failed`` brings a cancelled item back.
         """
-        return attempts.cancel(session.connection(), self._w.table, source_id)
+        return items.cancel(session.connection(), self._w.table, source_id)
 
     def reset_all_failed(self, session: Session) -> int:
         """Reset every FAILED item as ``reset_failed`` does; return how many."""
         return self._reset(session, sa.true())
 
     def _reset(self, session: Session, which: sa.ColumnElement[bool]) -> int:
-        return status.reset_failed(session, self._w.table, which, source_table=self._w.key.table.name)
+        return items.reset(session, self._w.table, which, source_table=self._w.key.table.name)
 
     def counts(self, session: Session) -> dict[ExecutionStatus, int]:
         """How many items are in each status."""

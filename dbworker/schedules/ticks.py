@@ -18,13 +18,12 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from dbworker import tuning
-from dbworker.contract import ExecutionStatus
-from dbworker.sql import dialects, tables
+from dbworker.sql import dialects, items, tables
+from dbworker.sql.states import DONE as _ENDED
 from dbworker.sql.transactions import committed
 
 TABLE_NAME = "dbworker_ticks"
 NAME_LENGTH = 64
-_ENDED = (ExecutionStatus.FINISHED.value, ExecutionStatus.FAILED.value)
 
 
 class _Base(DeclarativeBase):
@@ -112,7 +111,7 @@ def prune(conn: Connection, name: str, work_table: sa.Table, *, before: dt.datet
         with committed(conn):
             ids = list(conn.execute(ended).scalars())
             if ids:
-                conn.execute(sa.delete(work_table).where(w.source_id.in_(ids), w.execution_status.in_(_ENDED)))
+                items.forget(conn, work_table, ids)
                 conn.execute(
                     sa.delete(TABLE).where(
                         TABLE.c.id.in_(ids), ~sa.select(w.source_id).where(w.source_id == TABLE.c.id).exists()

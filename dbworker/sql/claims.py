@@ -1,13 +1,14 @@
-"""Running the claim path: claim, renew, complete, release, fail, and the expired-lease lookup.
+"""Claim rounds: which candidates a claim takes, and the reads around them (the lowest
+claimable key, the top key, items claimable again, expired claims).
 
 It binds values to ``statements``' prebuilt statements (which name the locks they take),
-runs them, commits where it says so and turns rows into ``Claim`` records. Which rows are
-claimable, and how a server takes them, is ``statements``' and ``dialects``' to answer.
+selects the candidates and has ``items`` take each one (the writes are ``items``'), in one
+committed transaction. Which rows are claimable, and how a server takes them, is
+``statements``' and ``dialects``' to answer.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,17 +16,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from dbworker.contract import ExecutionStatus
-from dbworker.sql import dialects, statements, tables, transactions
+from dbworker.sql import dialects, items, statements, transactions
+from dbworker.sql.items import Claim
+from dbworker.sql.states import UNFINISHED, WORKING
 
-
-@dataclass(frozen=True)
-class Claim:
-    """One taken item: its source key, the claim's token, and whether it took over a dead claim."""
-
-    source_id: Any
-    token: str
-    taken_over: bool = False
+__all__ = ["Claim", "Round", "claim", "expired", "first_claimable", "ready_unfinished", "take", "top_key"]
 
 
 @dataclass(frozen=True)
@@ -96,13 +91,9 @@ def _claim_in_one_statement(
     elif after is not None:
         params["dbw_after"] = after
     params["dbw_lease"] = lease
-    rows: Sequence[Any] = one_shot.execute(conn.execution_options(isolation_level="AUTOCOMMIT"), params).all()
-    # Nothing to send in autocommit, but SQLAlchemy began a transaction of its own: ended,
-    # so a next round on this connection is one statement too (and not a slower path
-    # whose row locks would not outlive each statement).
-    conn.commit()
+    rows = items.claim_in_one_statement(conn, one_shot, params)
     got = [
-        Claim(source_id, token, taken_over=previous == statements.WORKING)
+        Claim(source_id, token, taken_over=previous == WORKING)
         for source_id, token, previous in rows
         if token is not None
     ]
@@ -201,28 +192,17 @@ def _take_candidates(
         candidates = conn.execute(query, params).scalars().all()
         rest = list(candidates)
         if st.first_many is not None and len(candidates) > 1:
-            first = take_first_claims(conn, st, candidates, lease)
+            first = items.claim_first_many(conn, st, candidates, lease)
             taken += first
             won = {c.source_id for c in first}
             rest = [i for i in candidates if i not in won]
         for source_id in rest:
-            result = _take(conn, st, source_id, lease)
+            result = items.claim(conn, st, source_id, lease)
             if result is not None:
                 taken.append(result)
     order = {source_id: n for n, source_id in enumerate(candidates)}
     taken.sort(key=lambda c: order[c.source_id])  # hand items out in the query's order
     return Round(taken, len(candidates), candidates[-1] if candidates else None, swept)
-
-
-def take_first_claims(conn: Connection, st: statements.Prebuilt, source_ids: Sequence[Any], lease: Any) -> list[Claim]:
-    """First claims of many items in one statement (PostgreSQL): the ones whose insert won.
-
-    Items that already have a work record are left to ``take``.
-    """
-    tokens = {source_id: str(uuid.uuid4()) for source_id in source_ids}
-    params = {"dbw_sids": list(tokens), "dbw_tokens": list(tokens.values()), "dbw_lease": lease}
-    won = conn.execute(st.first_many, params).scalars().all()
-    return [Claim(source_id, tokens[source_id]) for source_id in won]
 
 
 def take(
@@ -237,19 +217,7 @@ def take(
 
     Each is a conditional write whose row count says whether this process won the item.
     """
-    return _take(conn, statements.of(conn, table), source_id, caps.seconds_value(lease_seconds))
-
-
-def _take(conn: Connection, st: statements.Prebuilt, source_id: Any, lease: Any) -> Claim | None:
-    token = str(uuid.uuid4())
-    params = {"dbw_sid": source_id, "dbw_token": token, "dbw_lease": lease}
-    if dialects.inserted(conn.execute(st.first, params)):
-        return Claim(source_id, token)
-    if conn.execute(st.again, params).rowcount == 1:
-        return Claim(source_id, token)
-    if conn.execute(st.over, params).rowcount == 1:
-        return Claim(source_id, token, taken_over=True)
-    return None
+    return items.claim(conn, statements.of(conn, table), source_id, caps.seconds_value(lease_seconds))
 
 
 def top_key(conn: Connection, key: sa.Column[Any]) -> Any:
@@ -302,7 +270,7 @@ def ready_unfinished(conn: Connection, table: sa.Table, limit: int) -> list[Any]
     caps = dialects.of(conn)
     query = (
         sa.select(w.source_id)
-        .where(w.execution_status == statements.UNFINISHED, sa.or_(w.not_before.is_(None), w.not_before <= caps.now()))
+        .where(w.execution_status == UNFINISHED, sa.or_(w.not_before.is_(None), w.not_before <= caps.now()))
         .limit(limit)
     )
     with conn.begin():
@@ -318,99 +286,3 @@ def expired(conn: Connection, table: sa.Table, limit: int) -> list[Any]:
     """
     with conn.begin():
         return list(conn.execute(statements.of(conn, table).expired, {"dbw_limit": limit}).scalars())
-
-
-# --- holding and ending ------------------------------------------------------------------
-
-
-def renew(conn: Connection, table: sa.Table, claims: Sequence[Claim], *, lease_seconds: float) -> list[Claim]:
-    """Extend the leases of ``claims`` still held; commit; return the claims another process holds now.
-
-    A claim whose item just ended (its handler committed while we renewed, before the
-    coordinator heard of it) is not lost: its record has no token any more.
-    """
-    caps = dialects.of(conn)
-    st = statements.of(conn, table)
-    lease = caps.seconds_value(lease_seconds)
-    lost: list[Claim] = []
-    with transactions.committed(conn):
-        if st.relax is not None:
-            conn.execute(st.relax)
-        for c in claims:
-            params = {"dbw_sid": c.source_id, "dbw_token": c.token, "dbw_lease": lease}
-            if conn.execute(st.renew, params).rowcount != 1 and _held_by_another(conn, table, c):
-                lost.append(c)
-    return lost
-
-
-def _held_by_another(conn: Connection, table: sa.Table, claim: Claim) -> bool:
-    token = conn.execute(statements.holder(table, claim.source_id)).first()
-    return token is None or (token[0] is not None and token[0] != claim.token)
-
-
-def complete(
-    conn: Connection,
-    table: sa.Table,
-    claim: Claim,
-    status: ExecutionStatus,
-    *,
-    error: str | None = None,
-) -> bool:
-    """Record ``status`` for ``claim`` if its token is still current (the fence); no commit.
-
-    The caller commits: in a handler process this write shares the handler's transaction,
-    so the handler's writes and the outcome commit together or not at all.
-    """
-    if error is not None and len(error) > tables.ERROR_MAX_CHARS:
-        error = error[: tables.ERROR_MAX_CHARS - 20] + "\n... (truncated)"
-    params = {"dbw_sid": claim.source_id, "dbw_token": claim.token, "dbw_status": status.value, "dbw_error": error}
-    return bool(conn.execute(statements.of(conn, table).complete, params).rowcount == 1)
-
-
-class Completer:
-    """A handler's outcome for one work table through ``Precompiled`` (a handler process's hot
-    path): ``complete`` for FINISHED, ``step_over`` for UNFINISHED (attempts start again).
-    """
-
-    def __init__(self, table: sa.Table) -> None:
-        self._table = table
-        self._finish: statements.Precompiled | None = None
-        self._step_over: statements.Precompiled | None = None
-
-    def __call__(self, conn: Connection, claim: Claim, status: ExecutionStatus) -> bool:
-        if self._finish is None or self._step_over is None:
-            self.prepare(conn)
-        assert self._finish is not None and self._step_over is not None
-        values: dict[str, Any] = {"dbw_sid": claim.source_id, "dbw_token": claim.token}
-        if status is ExecutionStatus.UNFINISHED:
-            return bool(self._step_over.execute(conn, values).rowcount == 1)
-        values |= {"dbw_status": status.value, "dbw_error": None}
-        return bool(self._finish.execute(conn, values).rowcount == 1)
-
-    def prepare(self, conn: Connection) -> None:
-        """Compile for ``conn``'s dialect now (else on first use)."""
-        st = statements.of(conn, self._table)
-        self._finish, self._step_over = statements.Precompiled(st.complete), statements.Precompiled(st.step_over)
-        self._finish.prepare(conn.dialect)
-        self._step_over.prepare(conn.dialect)
-
-
-def release(conn: Connection, table: sa.Table, claim: Claim, *, started: bool = True) -> bool:
-    """Give ``claim`` back at once (``unfinished``, no lease) so any process may take it; commits.
-
-    ``started=False``: its handler never ran (prefetched, taken back, or a transient
-    database error), so the attempt its claim counted is taken back too.
-    """
-    with transactions.committed(conn):
-        relax = statements.of(conn, table).relax
-        if relax is not None:
-            conn.execute(relax)
-        released = complete(conn, table, claim, ExecutionStatus.UNFINISHED)
-        if released and not started:
-            w = table.c
-            conn.execute(
-                sa.update(table)
-                .where(w.source_id == claim.source_id, w.claim_token.is_(None), w.attempts > 0)
-                .values(attempts=w.attempts - 1)
-            )
-    return released

@@ -1,7 +1,7 @@
 """Writes under a claim's token (the fence): renew a lease, record an outcome, step over.
 
 Each changes the work record of ``dbw_sid`` only while the claim ``dbw_token`` still holds
-it (``predicates.held``), so a claim another process took over, or one that was cancelled,
+it (``predicates.fenced``), so a claim another process took over, or one that was cancelled,
 writes nothing; the row count says whether it did. ``holder`` reads who holds it instead.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from dbworker.sql import dialects
-from dbworker.sql.predicates import UNFINISHED, held
+from dbworker.sql.predicates import UNFINISHED, fenced
 
 
 def renew(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
@@ -21,7 +21,7 @@ def renew(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
     Locks: the work row by its primary key until the commit (on MySQL/MariaDB at READ
     COMMITTED, released at once when the row does not match). SQLite: the write lock.
     """
-    return sa.update(table).where(held(table)).values(lease_expires_at=caps.now_plus_param("dbw_lease"))
+    return sa.update(table).where(fenced(table)).values(lease_expires_at=caps.now_plus_param("dbw_lease"))
 
 
 def complete(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
@@ -33,7 +33,7 @@ def complete(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
     """
     w = table.c
     status = sa.bindparam("dbw_status", type_=w.execution_status.type)
-    return sa.update(table).where(held(table)).values(
+    return sa.update(table).where(fenced(table)).values(
         ended_at=sa.case((status == UNFINISHED, w.ended_at), else_=caps.now()),
         execution_status=status,
         claim_token=None,
@@ -50,7 +50,7 @@ def step_over(table: sa.Table) -> sa.Update:
 
     Locks: as ``complete``.
     """
-    return sa.update(table).where(held(table)).values(
+    return sa.update(table).where(fenced(table)).values(
         execution_status=UNFINISHED,
         claim_token=None,
         lease_expires_at=None,

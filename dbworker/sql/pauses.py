@@ -1,7 +1,7 @@
 """The fleet-wide pause of workers: the ``dbworker_paused`` table, one row per paused worker.
 
 A row means every coordinator stops claiming for that worker (running handlers finish);
-each claim loop reads the table every ``loop.LOOKUP_SECONDS`` at most. The table is
+each claim loop reads the table every ``tuning.LOOKUP_SECONDS`` at most. The table is
 dbworker's own (not in the application's MetaData) and is created by the same idempotent
 upgrade as the work tables. Nothing here commits (the caller does).
 """

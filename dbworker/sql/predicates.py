@@ -11,12 +11,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from dbworker.contract import ExecutionStatus
-from dbworker.sql import claimer, dialects
+from dbworker.sql import claimer, dialects, states
+from dbworker.sql.states import DONE, UNFINISHED, WORKING
 
-WORKING = ExecutionStatus.WORKING.value
-UNFINISHED = ExecutionStatus.UNFINISHED.value
-DONE = (ExecutionStatus.FINISHED.value, ExecutionStatus.FAILED.value)
+__all__ = ["DONE", "UNFINISHED", "WORKING", "claimed_by", "due", "fenced", "lease_over", "limit", "sid", "token"]
 
 
 def limit() -> sa.BindParameter[int]:
@@ -39,10 +37,9 @@ def claimed_by(table: sa.Table) -> sa.BindParameter[Any]:
     return sa.bindparam("dbw_claimer", type_=table.c.claimed_by.type, callable_=claimer.identity)
 
 
-def held(table: sa.Table) -> sa.ColumnElement[bool]:
-    """The record of ``dbw_sid`` is WORKING under the token ``dbw_token`` (the fence)."""
-    w = table.c
-    return sa.and_(w.source_id == sid(table), w.claim_token == token(table), w.execution_status == WORKING)
+def fenced(table: sa.Table) -> sa.ColumnElement[bool]:
+    """The record of ``dbw_sid`` is WORKING under the token ``dbw_token`` (``states.fence``)."""
+    return states.fence(table, sid(table), token(table))
 
 
 def due(table: sa.Table, caps: dialects.Capabilities) -> sa.ColumnElement[bool]:

@@ -1,7 +1,7 @@
 """Statuses outside the claim path: reads, the ``has_execution_status()`` EXISTS, counts, backlog.
 
-Also the failed list and resetting failed items. Nothing here commits (the caller does);
-the claim path itself is ``claims``', the claimable query it counts ``statements``'.
+Also the failed list. Nothing here writes (resetting failed items is ``items.reset``); the
+claim path itself is ``claims``', the claimable query it counts ``statements``'.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from dbworker.contract import ExecutionStatus
-from dbworker.sql import dialects, notify, statements
+from dbworker.sql import dialects, statements
+from dbworker.sql.states import UNFINISHED, WORKING
 
 
 def statuses_values(statuses: Iterable[ExecutionStatus | str]) -> list[str]:
@@ -91,9 +92,9 @@ def backlog(
     again = sa.select(w.source_id).where(
         w.source_id <= after,
         sa.or_(
-            sa.and_(w.execution_status == statements.UNFINISHED,
+            sa.and_(w.execution_status == UNFINISHED,
                     sa.or_(w.not_before.is_(None), w.not_before <= caps.now())),
-            sa.and_(w.execution_status == statements.WORKING, w.lease_expires_at <= caps.now()),
+            sa.and_(w.execution_status == WORKING, w.lease_expires_at <= caps.now()),
         ),
     )  # fmt: skip
     return n + int(conn.execute(sa.select(sa.func.count()).select_from(again.limit(cap - n).subquery())).scalar_one())
@@ -109,37 +110,3 @@ def failed(session: Session, table: sa.Table, *, limit: int) -> list[tuple[Any, 
         .limit(limit)
     ).all()
     return [(r[0], r[1]) for r in rows]
-
-
-def reset_failed(session: Session, table: sa.Table, which: sa.ColumnElement[bool], *, source_table: str) -> int:
-    """Set the FAILED items ``which`` selects back to UNFINISHED, error and claim cleared; how many.
-
-    The reset keys are announced on ``source_table`` (``notify.announce_rows``: NOTIFY, or
-    the change table) with the caller's commit, so pods whose claim sweep passed these items
-    claim them at once instead of at the fleet's next wrap.
-    """
-    w = table.c
-    reset = (
-        sa.update(table)
-        .where(which, w.execution_status == ExecutionStatus.FAILED.value)
-        .values(
-            execution_status=ExecutionStatus.UNFINISHED.value,
-            error=None,
-            claim_token=None,
-            lease_expires_at=None,
-            traceback=None,
-            not_before=None,
-            attempts=0,  # a new step: its attempts start again
-        )
-    )
-    conn = session.connection(bind_arguments={"clause": reset})
-    if conn.dialect.name == "postgresql":
-        keys = list(conn.execute(reset.returning(w.source_id)).scalars())
-        count = len(keys)
-    else:  # no UPDATE ... RETURNING: the keys first, under the same conditions
-        keys = list(conn.execute(
-            sa.select(w.source_id).where(which, w.execution_status == ExecutionStatus.FAILED.value)
-        ).scalars())  # fmt: skip
-        count = int(getattr(conn.execute(reset), "rowcount", 0)) if keys else 0
-    notify.announce_rows(conn, source_table, keys)
-    return count

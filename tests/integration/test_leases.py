@@ -48,7 +48,7 @@ def test_two_coordinators_never_run_one_item_twice(app: App) -> None:
 
 def test_renewing_a_claim_whose_item_just_ended_does_not_report_it_lost(app: App) -> None:
     """The handler may commit between the lease keeper's look at running items and its renew."""
-    from dbworker.sql import claims
+    from dbworker.sql import claims, items
 
     c = app.coordinator()
     table, key = c.workers["items"].table, basic.Item.__table__.c.id
@@ -57,10 +57,10 @@ def test_renewing_a_claim_whose_item_just_ended_does_not_report_it_lost(app: App
         got = claims.claim(conn, table=table, key=key, eligible=None, limit=2, lease_seconds=30).taken
         mine = {g.source_id: g for g in got}
         assert set(mine) == {ended, taken}
-        assert claims.complete(conn, table, mine[ended], ExecutionStatus.FINISHED)
+        assert items.finish(conn, table, mine[ended], ExecutionStatus.FINISHED)
         conn.commit()
         # Another process took `taken` over (as after an expired lease): a new token holds it.
         conn.execute(sa.update(table).where(table.c.source_id == taken).values(claim_token="another"))
         conn.commit()
-        lost = claims.renew(conn, table, list(got), lease_seconds=30)
+        lost = items.renew(conn, table, list(got), lease_seconds=30)
     assert [g.source_id for g in lost] == [taken]

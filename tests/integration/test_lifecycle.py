@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from dbworker import Coordinator, ExecutionStatus, Retry, testing
-from dbworker.sql import claims
+from dbworker.sql import claims, items
 from tests.apps import basic
 from tests.helpers import pid_alive, wait_until
 from tests.integration.conftest import App
@@ -193,7 +193,7 @@ def test_a_claim_given_back_before_its_handler_started_does_not_count_as_an_atte
         with app.db.engine.connect() as conn:
             [taken] = claims.claim(conn, table=w.table, key=basic.Item.__table__.c.id, eligible=None,
                                    limit=1, lease_seconds=30).taken  # fmt: skip
-            assert claims.release(conn, w.table, taken, started=started)
+            assert items.give_back(conn, w.table, taken, started=started)
         state = app.state(i)
         assert state is not None and state["attempts"] == attempts
         assert state["execution_status"] is ExecutionStatus.UNFINISHED

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from dbworker import sweep as sweeps
+from typing import Any
+
+from dbworker import tuning
 from dbworker.sql import notify
-from dbworker.sweep import Sweep
+from dbworker.sql.claims import Claim, Round
+from dbworker.sweep import Position, Sweep
 
 
 def begin(s: Sweep, now: float) -> None:
@@ -58,15 +61,15 @@ def test_with_wakeup_triggers_periodic_wraps_are_rare_and_wake_ups_still_wrap() 
     """The triggers name every written row: a periodic wrap only catches what they cannot see."""
     s = Sweep(keys_as_text=True, max_poll_seconds=1, fed=True)
     swept(s, now=0.0, last_key=3, seconds=0.0001)
-    begin(s, sweeps.FED_WRAP_POLLS * 1 - 0.1)
+    begin(s, tuning.FED_WRAP_POLLS * 1 - 0.1)
     assert not s.wrapping  # no wrap at max_poll_seconds, as without triggers
-    begin(s, sweeps.FED_WRAP_POLLS * 1 + 0.1)
+    begin(s, tuning.FED_WRAP_POLLS * 1 + 0.1)
     assert s.wrapping
     s = Sweep(keys_as_text=True, max_poll_seconds=1, fed=True)
     swept(s, now=0.0, last_key=3, seconds=0.5)  # a slow wrap: 10,000 times as long
     begin(s, 0.5 + 1000.0)
     assert not s.wrapping
-    assert s.behind(0.5 + sweeps.WRAP_SPACING * 0.5 + 0.1)  # a wake-up naming no row may wrap
+    assert s.behind(0.5 + tuning.WRAP_SPACING * 0.5 + 0.1)  # a wake-up naming no row may wrap
 
 
 def test_wraps_are_due_after_max_poll_or_a_hundred_times_their_cost() -> None:
@@ -74,7 +77,7 @@ def test_wraps_are_due_after_max_poll_or_a_hundred_times_their_cost() -> None:
     swept(s, now=0.0, last_key=3, seconds=0.3)  # a slow wrap: 0.3 s
     begin(s, 0.5 + 0.3)
     assert not s.wrapping  # max_poll_seconds passed, but not 100 x 0.3 s
-    begin(s, 0.3 + sweeps.WRAP_SPACING * 0.3)
+    begin(s, 0.3 + tuning.WRAP_SPACING * 0.3)
     assert s.wrapping
     fast = Sweep(keys_as_text=True, max_poll_seconds=0.5)
     swept(fast, now=0.0, last_key=3, seconds=0.001)
@@ -164,7 +167,7 @@ def test_an_unnamed_wake_up_wraps_at_once_or_owes_a_wrap_for_when_its_cost_allow
     s.wake()
     assert s.take_named() == ([], True)
     assert s.behind(1.0) is False and s.wrap_owed
-    assert s.next_claim(100.0) == 0.3 + sweeps.WRAP_SPACING * 0.3
+    assert s.next_claim(100.0) == 0.3 + tuning.WRAP_SPACING * 0.3
     assert s.next_claim(5.0) == 5.0
     begin(s, 31.0)  # the owed wrap is due
     assert s.wrapping
@@ -188,7 +191,7 @@ def test_expired_claims_are_looked_up_between_wraps_every_max_poll() -> None:
 def test_recently_ended_keys_are_bounded() -> None:
     s = Sweep(keys_as_text=True, max_poll_seconds=10)
     swept(s, now=0.0, last_key=10**9)
-    for k in range(sweeps.RECENT_ENDED + 1):
+    for k in range(tuning.RECENT_ENDED + 1):
         s.ended(k)
     s.wake(["0", "1"])
     assert s.take_named() == (["0"], False)  # the oldest was forgotten
@@ -221,3 +224,152 @@ def test_a_wrap_another_pod_took_is_not_walked_again_and_a_new_loop_starts_where
     assert t.begin(0.0)
     t.turn(0.0, won=False, due_in=500.0, low=None)  # no wrap finished yet: walk
     assert t.wrapping
+
+
+# --- what a round saw: the sweep decides on what the engine read, and reads nothing ------
+
+
+def round_of(*taken: int, last_key: Any = None, inclusive: bool = False, swept: bool = True) -> Round:
+    claims = [Claim(k, f"t{k}") for k in taken]
+    return Round(claims, len(claims), last_key if last_key is not None or not claims else claims[-1].source_id,
+                 swept, inclusive)  # fmt: skip
+
+
+def settle(s: Sweep, rnd: Round, *, lowest: Any = None, top: Any = None) -> tuple[bool, bool]:
+    """What the engine's fetch does after a round: read only what the sweep asks, tell it.
+    Returns which reads were asked (lowest, top)."""
+    start = s.position()
+    asked_lowest = s.needs_lowest(rnd)
+    low = lowest if asked_lowest else None
+    asked_top = s.needs_top(rnd, low)
+    s.saw(start, rnd, lowest=low, top=top if asked_top else None)
+    return asked_lowest, asked_top
+
+
+def at(cursor: Any, *, inclusive: bool = False, shares_source: bool = False) -> Sweep:
+    s = Sweep(keys_as_text=True, max_poll_seconds=10, shares_source=shares_source)
+    swept(s, now=0.0, last_key=cursor)
+    s.inclusive = inclusive
+    return s
+
+
+def test_a_round_that_took_rows_moves_the_cursor_to_its_last_key_without_reading() -> None:
+    s = at(10)
+    assert settle(s, round_of(11, 12, 15)) == (False, False)
+    assert s.position() == Position(15, False) and not s.skipped_locked
+
+
+def test_a_round_that_found_nothing_moves_the_cursor_to_the_top_once_no_row_was_only_skipped() -> None:
+    s = at(10)
+    assert settle(s, round_of(), lowest=None, top=900) == (True, True)
+    assert s.position() == Position(900, False) and not s.skipped_locked
+
+
+def test_a_round_that_skipped_a_locked_row_keeps_the_cursor_and_reads_no_top() -> None:
+    """SKIP LOCKED passed a claimable row another transaction had locked (an application's
+    update, another worker's claim): the cursor stays, and the loop claims again soon."""
+    s = at(10)
+    assert settle(s, round_of(), lowest=11, top=900) == (True, False)
+    assert s.position() == Position(10, False) and s.skipped_locked
+    assert settle(s, round_of(11)) == (False, False)  # its holder committed: the next round takes it
+    assert s.position() == Position(11, False) and not s.skipped_locked
+
+
+def test_an_ordered_rounds_cursor_is_its_lowest_claimable_key_and_it_reads_only_the_top_when_empty() -> None:
+    s = at(10)
+    assert settle(s, round_of(30, 20, last_key=20, inclusive=True)) == (False, False)
+    assert s.position() == Position(20, True)
+    assert settle(s, round_of(inclusive=True), top=500) == (False, True)  # it looked without locks already
+    assert s.position() == Position(500, False)
+
+
+def test_a_round_by_key_leaves_the_cursor_alone() -> None:
+    s = at(10)
+    assert settle(s, round_of(3, 4, swept=False)) == (False, False)
+    assert s.position() == Position(10, False)
+
+
+def test_two_workers_on_one_source_restart_where_a_round_began_when_it_passed_a_row_the_other_held() -> None:
+    """Another worker's claim on the same source holds a row below the ones this round took:
+    the next round starts where this one did, not past the held row."""
+    s = at(10, shares_source=True)
+    assert settle(s, round_of(13, 14), lowest=12) == (True, False)
+    assert s.position() == Position(10, False) and s.skipped_locked
+    s.inclusive = True  # ... and where it did, inclusive included
+    start = s.position()
+    s.saw(start, round_of(13), lowest=11)
+    assert s.position() == Position(10, True)
+
+
+def test_two_workers_on_one_source_move_on_when_nothing_was_passed() -> None:
+    s = at(10, shares_source=True)
+    assert settle(s, round_of(12, 14), lowest=20) == (True, False)  # the lowest lies past them
+    assert s.position() == Position(14, False) and not s.skipped_locked
+    assert settle(s, round_of(15), lowest=None) == (True, False)  # nothing claimable is left
+    assert s.position() == Position(15, False)
+
+
+def test_one_worker_alone_on_its_source_reads_nothing_after_a_round_that_took_rows() -> None:
+    s = at(10)
+    assert not s.needs_lowest(round_of(12, 14))
+
+
+def test_a_wrap_that_skipped_a_locked_row_restarts_from_the_first_row() -> None:
+    s = Sweep(keys_as_text=True, max_poll_seconds=10, shares_source=True)
+    begin(s, 0.0)
+    assert s.wrapping
+    settle(s, round_of(5, 6), lowest=2)
+    assert s.wrapping and s.skipped_locked  # the next round walks from the first row again
+
+
+def test_a_starting_loop_resumes_where_the_fleet_left_off_unless_the_source_was_emptied() -> None:
+    s = Sweep(keys_as_text=True, max_poll_seconds=10)
+    assert s.begin(0.0)
+    assert s.needs_top_to_resume(won=False, low=42)
+    assert not s.needs_top_to_resume(won=True, low=42)  # it wraps: nothing to read
+    assert not s.needs_top_to_resume(won=False, low=None)  # unknown: it wraps
+    assert Sweep.resume_at(42, 100) == 42
+    assert Sweep.resume_at(42, 10) is None  # emptied and refilled: keys start over
+    assert Sweep.resume_at(42, None) is None  # empty
+    s.turn(0.0, won=False, due_in=50.0, low=Sweep.resume_at(42, 100))
+    assert s.position() == Position(42, False)
+    assert not s.needs_top_to_resume(won=False, low=42)  # only a first claim resumes
+
+
+def test_items_claimable_again_below_where_a_loop_starts_are_named_or_make_it_wrap() -> None:
+    s = Sweep(keys_as_text=True, max_poll_seconds=10)
+    s.begin(0.0)
+    s.turn(0.0, won=False, due_in=50.0, low=100)
+    s.ready_again([3, 7])
+    assert s.take_named() == (["3", "7"], False)
+    s.ready_again(list(range(notify.MAX_NAMED_ROWS + 1)))  # too many to name
+    assert s.wrapping
+
+
+def test_only_a_wrap_won_from_the_fleet_is_recorded_and_only_once() -> None:
+    s = Sweep(keys_as_text=True, max_poll_seconds=10)
+    s.begin(0.0)
+    s.turn(0.0, won=True, due_in=0.0)
+    assert s.take_fleet_wrap() and not s.take_fleet_wrap()
+    t = Sweep(keys_as_text=True, max_poll_seconds=10)
+    t.begin(0.0)
+    t.turn(0.0, won=True, due_in=0.0, fleet=False)  # no fleet table: its own wrap, not recorded
+    assert t.wrapping and not t.take_fleet_wrap()
+
+
+def test_a_wrap_records_the_lowest_claimable_key_it_found_or_the_top() -> None:
+    s = at(50)
+    assert s.wrap_low(round_of(7, 9)) == "7"
+    assert s.wrap_low(round_of(9, 7, last_key=7, inclusive=True)) == "7"
+    assert s.wrap_low(round_of()) == "top:50"
+    s.cursor = ("composite", 1)
+    assert s.wrap_low(round_of()) is None  # no text form
+
+
+def test_the_restart_at_wrap_and_at_top_rules_compose_over_rounds() -> None:
+    """A round past held rows, one that finds nothing, one after the holder committed."""
+    s = at(0, shares_source=True)
+    settle(s, round_of(2, 3), lowest=1)  # 1 held by the other worker: restart at 0
+    settle(s, round_of(1, 4), lowest=None)
+    settle(s, round_of(), lowest=None, top=4)
+    assert s.position() == Position(4, False) and not s.skipped_locked

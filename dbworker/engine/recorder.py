@@ -1,0 +1,163 @@
+"""Turns what a worker's handler processes reported, or how they ended, into the items'
+transitions and the wake-ups they owe.
+
+A handler process commits its own outcome with the handler's writes (``child``); what is
+left here is what only the coordinator can do: give back a claim whose handler never ran or
+could not commit, record an attempt whose process died or timed out, have waiting items
+claimed when due, and tell other loops (and pods) that an item ended.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from dbworker import messages
+from dbworker.engine.context import Context
+from dbworker.engine.picker import Picker
+from dbworker.engine.runner import Runner
+from dbworker.messages import Outcome
+from dbworker.pool import Died, Done, Skipped, describe_exit
+from dbworker.sql import items, notify
+from dbworker.sql.dialects import connect
+
+log = logging.getLogger("dbworker")
+
+
+class Recorder:
+    """Records one worker's pool events. ``on_item_done``: the item ended (finished,
+    unfinished or failed), for loops that wait on it; ``stopping``: set once the loop stops."""
+
+    def __init__(self, ctx: Context, picker: Picker, runner: Runner, *,
+                 on_item_done: Callable[[str, Any], None], stopping: threading.Event) -> None:  # fmt: skip
+        self._ctx = ctx
+        self._picker = picker
+        self._runner = runner
+        self._on_item_done = on_item_done
+        self._stopping = stopping
+
+    def handle(self, ev: Done | Skipped | Died) -> bool:
+        """Record one pool event; True when a slot became free for claiming."""
+        if isinstance(ev, Done):
+            self._done(ev)
+            return True
+        if isinstance(ev, Skipped):
+            if self._runner.skipped(ev.claim):
+                pass  # cancelled or taken over while handed over: not ours to run or give back
+            elif self._stopping.is_set():
+                self.give_back(ev.claim)
+            else:  # taken back from behind a long item: still ours, next in line
+                self._runner.put_first(ev.claim)
+            self._active()
+            return True
+        self._died(ev)
+        return False
+
+    def _done(self, ev: Done) -> None:
+        name, sid = self._ctx.worker.name, ev.claim.source_id
+        report = ev.report
+        outcome = report.outcome
+        self._runner.ran(ev.claim, report.seconds)
+        if outcome in (messages.UNFINISHED, messages.RETRIED):
+            self._picker.wait_until(sid, report.after)
+        if outcome in (messages.FAILED, messages.RETRIED, messages.RETRY):
+            self._ctx.hint.check(name, report.summary)  # the load or the commit, through a pooler
+        if outcome == messages.RETRIED:
+            log.warning("dbworker worker %s: handler failed for item %r, retried in %.3g s: %s%s",
+                        name, sid, report.after or 0.0, report.summary, _trace(report))  # fmt: skip
+        if outcome == messages.FAILED:
+            log.warning("dbworker worker %s: handler failed for item %r: %s%s",
+                        name, sid, report.summary, _trace(report))  # fmt: skip
+        elif outcome == messages.LOST:
+            log.warning("dbworker worker %s: lost the claim of item %r before its commit; result discarded",
+                        name, sid)  # fmt: skip
+        elif outcome == messages.RETRY:
+            log.warning("dbworker worker %s: database error in the handler process for item %r: %s; "
+                        "the claim is given back", name, sid, report.summary)  # fmt: skip
+            self._ctx.observer.db_error(name, operation="complete", error=RuntimeError(report.summary))
+            self.give_back(ev.claim)
+        self._ctx.observer.executed(name, outcome=Outcome(outcome).observed, seconds=report.seconds)
+        self._active()
+        if outcome in (messages.FINISHED, messages.FAILED):
+            self._picker.ended(sid)
+        if outcome in (messages.FINISHED, messages.UNFINISHED, messages.FAILED):
+            self._on_item_done(name, sid)
+
+    def _died(self, ev: Died) -> None:
+        name = self._ctx.worker.name
+        if ev.pending is not None:
+            self.give_back(ev.pending)  # handed over behind the item that ended the process
+        if ev.claim is None:
+            if ev.before_ready:
+                log.error("dbworker worker %s: a handler process %s before it was ready; starting another",
+                          name, describe_exit(ev.exitcode))  # fmt: skip
+            return
+        if ev.ended is Outcome.ABORTED:
+            # Ended by a stop deadline: given back without counting, so a deploy never uses
+            # up an item's attempts.
+            self.give_back(ev.claim)
+            self._ctx.observer.executed(name, outcome=messages.ABORTED, seconds=None)
+        elif ev.ended is Outcome.LOST:
+            # Cancelled or taken over: the record is someone else's now; the writes rolled back.
+            self._ctx.observer.executed(name, outcome=messages.LOST, seconds=None)
+        else:
+            if ev.ended is Outcome.TIMED_OUT:
+                error, final = f"handler timed out after {self._ctx.worker.timeout:g} s", Outcome.TIMED_OUT
+            else:
+                error, final = f"handler process died: {describe_exit(ev.exitcode)}", Outcome.CRASHED
+            outcome = self._attempt_failed(ev.claim, error, final)
+            self._ctx.observer.executed(name, outcome=outcome, seconds=None)
+        self._active()
+
+    def _active(self) -> None:
+        self._ctx.observer.active(self._ctx.worker.name, running=self._runner.running())
+
+    def _attempt_failed(self, claim: items.Claim, error: str, final: Outcome) -> Outcome:
+        """Record an attempt whose process ended with the item (died, timed out): retried if
+        the worker's Retry allows, else failed. Returns ``Outcome.RETRIED``, ``final`` (crashed,
+        timed_out) or ``LOST``; ``final`` too when the database could not be reached.
+        """
+        w = self._ctx.worker
+        try:
+            with connect(self._ctx.engine) as conn:
+                outcome, after = items.failed_attempt(conn, w.table, claim, error=error, retry=w.retry, final=final)
+        except Exception as exc:
+            self._ctx.db_error("complete", exc)
+            return final
+        if outcome is Outcome.RETRIED:
+            log.warning("dbworker worker %s: item %r: %s; retried", w.name, claim.source_id, error)
+            self._picker.wait_until(claim.source_id, after)
+        else:
+            log.warning("dbworker worker %s: item %r failed: %s", w.name, claim.source_id, error)
+        return outcome
+
+    def give_back(self, *given: items.Claim, started: bool = False) -> None:
+        """Release claims so any process may take them now, and say so (PostgreSQL).
+
+        Other pods' sweeps may have passed these items: the notification has them claimed
+        by key at once instead of at the sweeps' next wraps. ``started``: their attempts count.
+        """
+        w = self._ctx.worker
+        released = []
+        for claim in given:
+            self._picker.claimable_again(claim.source_id)
+            try:
+                with connect(self._ctx.engine) as conn:
+                    if items.give_back(conn, w.table, claim, started=started):
+                        released.append(claim.source_id)
+            except Exception as exc:
+                self._ctx.db_error("complete", exc)
+        if released:
+            try:
+                with connect(self._ctx.engine) as conn:
+                    notify.announce_rows(conn, w.key.table.name, released)
+                    conn.commit()
+            except Exception as exc:
+                self._ctx.db_error("complete", exc)
+
+
+def _trace(report: messages.Report) -> str:
+    """The handler's traceback (masked in the handler process) as the end of a log record."""
+    return f"\n{report.traceback.rstrip()}" if report.traceback else ""

@@ -1,0 +1,338 @@
+"""The life of one work row: every change of its state, one function per transition.
+
+The only module that writes work rows. Each transition is a conditional write whose row
+count says whether it happened; the fenced ones (``states.fence``) change nothing once the
+claim they name is no longer current. ``TRANSITIONS`` lists them with the states they go
+from and to; ``docs/design.md`` draws the same diagram, and a unit test holds the two
+together. Which rows to claim is ``claims``'; the SQL each runs is ``statements``'.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session
+
+from dbworker import retries
+from dbworker.contract import ExecutionStatus
+from dbworker.messages import Outcome
+from dbworker.sql import dialects, notify, statements, transactions
+from dbworker.sql.states import CANCELLED, DONE, FAILED, UNFINISHED, WORKING, clip, fence
+
+NEW = "[*]"  # no work record yet: never claimed
+
+# transition: (states it starts from, the state it ends in). The state diagram in
+# docs/design.md draws exactly these (tests/unit/test_items.py).
+TRANSITIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "claim": ((NEW, UNFINISHED), WORKING),  # a first claim, or of an unfinished item done waiting
+    "take_over": ((WORKING,), WORKING),  # a claim whose lease expired (its process died)
+    "renew": ((WORKING,), WORKING),  # the lease extended
+    "finish": ((WORKING,), ExecutionStatus.FINISHED.value),
+    "unfinish": ((WORKING,), UNFINISHED),  # Unfinished(): the next step, maybe after a wait
+    "fail": ((WORKING,), FAILED),
+    "wait_for_retry": ((WORKING,), UNFINISHED),  # a failed attempt the worker's Retry repeats
+    "give_back": ((WORKING,), UNFINISHED),  # claimable again at once
+    "cancel": ((NEW, UNFINISHED, WORKING), FAILED),
+    "reset": ((FAILED,), UNFINISHED),
+    "forget": ((ExecutionStatus.FINISHED.value, FAILED), NEW),  # a schedule's old ticks pruned
+}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One taken item: its source key, the claim's token, and whether it took over a dead claim."""
+
+    source_id: Any
+    token: str
+    taken_over: bool = False
+
+
+# --- claim, take_over ----------------------------------------------------------------------
+
+
+def claim(conn: Connection, st: statements.Prebuilt, source_id: Any, lease: Any) -> Claim | None:
+    """Take one candidate: a first claim, a claim of an unfinished item, else ``take_over``.
+    No commit (the claim round commits)."""
+    token = str(uuid.uuid4())
+    params = {"dbw_sid": source_id, "dbw_token": token, "dbw_lease": lease}
+    if dialects.inserted(conn.execute(st.first, params)):
+        return Claim(source_id, token)
+    if conn.execute(st.again, params).rowcount == 1:
+        return Claim(source_id, token)
+    return take_over(conn, st, source_id, lease)
+
+
+def take_over(conn: Connection, st: statements.Prebuilt, source_id: Any, lease: Any) -> Claim | None:
+    """Take ``source_id`` over if its claim's lease expired; no commit."""
+    token = str(uuid.uuid4())
+    params = {"dbw_sid": source_id, "dbw_token": token, "dbw_lease": lease}
+    if conn.execute(st.over, params).rowcount == 1:
+        return Claim(source_id, token, taken_over=True)
+    return None
+
+
+def claim_first_many(conn: Connection, st: statements.Prebuilt, source_ids: Sequence[Any], lease: Any) -> list[Claim]:
+    """First claims of many items in one statement (PostgreSQL): the ones whose insert won.
+
+    Items that already have a work record are left to ``claim``. No commit.
+    """
+    tokens = {source_id: str(uuid.uuid4()) for source_id in source_ids}
+    params = {"dbw_sids": list(tokens), "dbw_tokens": list(tokens.values()), "dbw_lease": lease}
+    won = conn.execute(st.first_many, params).scalars().all()
+    return [Claim(source_id, tokens[source_id]) for source_id in won]
+
+
+def claim_in_one_statement(conn: Connection, one_shot: statements.Precompiled, params: dict[str, Any]) -> list[Any]:
+    """``claim`` and ``take_over`` of every candidate in one autocommitted statement
+    (PostgreSQL 13+): its rows (key, token or None, previous state), in key order."""
+    rows: Sequence[Any] = one_shot.execute(conn.execution_options(isolation_level="AUTOCOMMIT"), params).all()
+    # Nothing to send in autocommit, but SQLAlchemy began a transaction of its own: ended,
+    # so a next round on this connection is one statement too (and not a slower path
+    # whose row locks would not outlive each statement).
+    conn.commit()
+    return list(rows)
+
+
+# --- renew ---------------------------------------------------------------------------------
+
+
+def renew(conn: Connection, table: sa.Table, claims: Sequence[Claim], *, lease_seconds: float) -> list[Claim]:
+    """Extend the leases of ``claims`` still held; commit; return the claims another process holds now.
+
+    A claim whose item just ended (its handler committed while we renewed, before the
+    coordinator heard of it) is not lost: its record has no token any more.
+    """
+    caps = dialects.of(conn)
+    st = statements.of(conn, table)
+    lease = caps.seconds_value(lease_seconds)
+    lost: list[Claim] = []
+    with transactions.committed(conn):
+        if st.relax is not None:
+            conn.execute(st.relax)
+        for c in claims:
+            params = {"dbw_sid": c.source_id, "dbw_token": c.token, "dbw_lease": lease}
+            if conn.execute(st.renew, params).rowcount != 1 and _claimed_by_another(conn, table, c):
+                lost.append(c)
+    return lost
+
+
+def _claimed_by_another(conn: Connection, table: sa.Table, claim: Claim) -> bool:
+    token = conn.execute(statements.holder(table, claim.source_id)).first()
+    return token is None or (token[0] is not None and token[0] != claim.token)
+
+
+# --- finish, unfinish, give_back -------------------------------------------------------------
+
+
+def finish(conn: Connection, table: sa.Table, claim: Claim, status: ExecutionStatus = ExecutionStatus.FINISHED,
+           *, error: str | None = None) -> bool:  # fmt: skip
+    """Record ``status`` for ``claim`` if it is still current (the fence); no commit.
+
+    The caller commits: in a handler process this write shares the handler's transaction,
+    so the handler's writes and the outcome commit together or not at all. UNFINISHED keeps
+    the attempts (``give_back``); a handler's ``Unfinished()`` is ``unfinish``.
+    """
+    params = {"dbw_sid": claim.source_id, "dbw_token": claim.token, "dbw_status": status.value,
+              "dbw_error": clip(error)}  # fmt: skip
+    return bool(conn.execute(statements.of(conn, table).complete, params).rowcount == 1)
+
+
+class Completer:
+    """``finish`` and ``unfinish`` (no wait) for one work table through ``Precompiled`` (a
+    handler process's hot path)."""
+
+    def __init__(self, table: sa.Table) -> None:
+        self._table = table
+        self._finish: statements.Precompiled | None = None
+        self._step_over: statements.Precompiled | None = None
+
+    def __call__(self, conn: Connection, claim: Claim, status: ExecutionStatus) -> bool:
+        if self._finish is None or self._step_over is None:
+            self.prepare(conn)
+        assert self._finish is not None and self._step_over is not None
+        values: dict[str, Any] = {"dbw_sid": claim.source_id, "dbw_token": claim.token}
+        if status is ExecutionStatus.UNFINISHED:
+            return bool(self._step_over.execute(conn, values).rowcount == 1)
+        values |= {"dbw_status": status.value, "dbw_error": None}
+        return bool(self._finish.execute(conn, values).rowcount == 1)
+
+    def prepare(self, conn: Connection) -> None:
+        """Compile for ``conn``'s dialect now (else on first use)."""
+        st = statements.of(conn, self._table)
+        self._finish, self._step_over = statements.Precompiled(st.complete), statements.Precompiled(st.step_over)
+        self._finish.prepare(conn.dialect)
+        self._step_over.prepare(conn.dialect)
+
+
+def unfinish(conn: Connection, table: sa.Table, claim: Claim, *, after: float | None = None) -> bool:
+    """The handler returned ``Unfinished(after=...)``: UNFINISHED if ``claim`` is still
+    current, the next step's attempts start at 0, and it waits ``after`` seconds on the
+    server's clock (None: claimable at once). No commit."""
+    update = statements.step_over(table)
+    if after:
+        update = update.values(not_before=dialects.of(conn).now_plus(after))
+    params = {"dbw_sid": claim.source_id, "dbw_token": claim.token}
+    return bool(conn.execute(update, params).rowcount == 1)
+
+
+def give_back(conn: Connection, table: sa.Table, claim: Claim, *, started: bool = True) -> bool:
+    """Give ``claim`` back at once (UNFINISHED, no lease) so any process may take it; commits.
+
+    ``started=False``: its handler never ran (prefetched, taken back, or a transient
+    database error), so the attempt its claim counted is taken back too.
+    """
+    with transactions.committed(conn):
+        relax = statements.of(conn, table).relax
+        if relax is not None:
+            conn.execute(relax)
+        released = finish(conn, table, claim, ExecutionStatus.UNFINISHED)
+        if released and not started:
+            w = table.c
+            conn.execute(
+                sa.update(table)
+                .where(w.source_id == claim.source_id, w.claim_token.is_(None), w.attempts > 0)
+                .values(attempts=w.attempts - 1)
+            )
+    return released
+
+
+# --- fail, wait_for_retry --------------------------------------------------------------------
+
+
+def attempt_of(conn: Connection, table: sa.Table, claim: Claim) -> int | None:
+    """The attempt ``claim`` runs (1-based), or None when it is no longer the item's claim."""
+    found = conn.execute(sa.select(table.c.attempts).where(fence(table, claim.source_id, claim.token))).first()
+    return None if found is None else max(1, int(found[0] or 0))
+
+
+def failed_attempt(
+    conn: Connection,
+    table: sa.Table,
+    claim: Claim,
+    *,
+    error: str,
+    traceback: str | None = None,
+    retry: retries.Retry | None = None,
+    exc: BaseException | None = None,
+    attempt: int | None = None,
+    final: Outcome = Outcome.FAILED,
+) -> tuple[Outcome, float | None]:
+    """An attempt of ``claim`` failed: ``wait_for_retry`` when the worker's ``retry`` allows
+    another (``Outcome.RETRIED`` and the delay in seconds), else ``fail`` (``final``: what
+    the failure is called, failed, crashed or timed_out), or ``Outcome.LOST`` when the claim
+    is no longer current. ``exc``: the handler's exception (None: its process died or timed
+    out); ``attempt``: its number when the caller knows it. Commits.
+    """
+    with transactions.committed(conn):
+        if retry is not None and attempt is None:
+            attempt = attempt_of(conn, table, claim)
+            if attempt is None:
+                return Outcome.LOST, None
+        wait = None if attempt is None else retries.decide(retry, attempt=attempt, exc=exc, draw=random.random())
+        if wait is None:
+            done = fail(conn, table, claim, error=error, traceback=traceback)
+        else:
+            done = wait_for_retry(conn, table, claim, wait, error=error, traceback=traceback)
+    if not done:
+        return Outcome.LOST, None
+    return (final, None) if wait is None else (Outcome.RETRIED, wait)
+
+
+def fail(conn: Connection, table: sa.Table, claim: Claim, *, error: str, traceback: str | None = None) -> bool:
+    """FAILED for good if ``claim`` is still current; no commit."""
+    values = {"execution_status": FAILED, "not_before": None, "ended_at": dialects.of(conn).now()}
+    return _end_attempt(conn, table, claim, values, error=error, traceback=traceback)
+
+
+def wait_for_retry(conn: Connection, table: sa.Table, claim: Claim, seconds: float, *, error: str,
+                   traceback: str | None = None) -> bool:  # fmt: skip
+    """UNFINISHED, not claimable for ``seconds`` (server clock), if ``claim`` is still current;
+    the attempts go on counting. No commit."""
+    values = {"execution_status": UNFINISHED, "not_before": dialects.of(conn).now_plus(seconds)}
+    return _end_attempt(conn, table, claim, values, error=error, traceback=traceback)
+
+
+def _end_attempt(conn: Connection, table: sa.Table, claim: Claim, values: dict[str, Any], *, error: str,
+                 traceback: str | None) -> bool:  # fmt: skip
+    values |= {"claim_token": None, "lease_expires_at": None, "error": clip(error), "traceback": clip(traceback)}
+    update = sa.update(table).where(fence(table, claim.source_id, claim.token)).values(**values)
+    return bool(conn.execute(update).rowcount == 1)
+
+
+# --- cancel, reset -----------------------------------------------------------------------------
+
+
+def cancel(conn: Connection, table: sa.Table, source_id: Any) -> bool:
+    """Mark ``source_id`` FAILED with the error ``cancelled`` unless it is FINISHED or FAILED,
+    a never-claimed item included (it gets a record, so it will not run; an id with no source
+    row is not one); no commit.
+
+    A running handler loses its claim: the record keeps the token ``cancelled`` (never a
+    claim's), so its pod's next lease renewal finds the claim held by another and ends the
+    handler, and the fence discards whatever it would commit. True if something was cancelled.
+    """
+    w = table.c
+    values = {"execution_status": FAILED, "claim_token": CANCELLED, "lease_expires_at": None,
+              "error": CANCELLED, "traceback": None, "not_before": None,
+              "ended_at": dialects.of(conn).now()}  # fmt: skip
+    update = sa.update(table).where(w.source_id == source_id, w.execution_status.not_in(DONE)).values(**values)
+    for _ in range(2):
+        if conn.execute(update).rowcount == 1:
+            return True
+        if conn.execute(sa.select(w.execution_status).where(w.source_id == source_id)).first() is not None:
+            return False  # finished or failed already
+        key = next(iter(w.source_id.foreign_keys)).column
+        if conn.execute(sa.select(sa.literal(1)).where(key == source_id)).first() is None:
+            return False  # no such source row: nothing to cancel
+        insert = dialects.of(conn).insert_ignoring_duplicate(table, "source_id").values(
+            source_id=source_id, attempts=0, **values
+        )
+        if dialects.inserted(conn.execute(insert)):
+            return True
+        # A first claim won the race for the record: cancel that claim instead.
+    return False
+
+
+def reset(session: Session, table: sa.Table, which: sa.ColumnElement[bool], *, source_table: str) -> int:
+    """Set the FAILED items ``which`` selects back to UNFINISHED, error and claim cleared; how many.
+
+    The reset keys are announced on ``source_table`` (``notify.announce_rows``: NOTIFY, or
+    the change table) with the caller's commit, so pods whose claim sweep passed these items
+    claim them at once instead of at the fleet's next wrap.
+    """
+    w = table.c
+    reset = (
+        sa.update(table)
+        .where(which, w.execution_status == FAILED)
+        .values(
+            execution_status=UNFINISHED,
+            error=None,
+            claim_token=None,
+            lease_expires_at=None,
+            traceback=None,
+            not_before=None,
+            attempts=0,  # a new step: its attempts start again
+        )
+    )
+    conn = session.connection(bind_arguments={"clause": reset})
+    if conn.dialect.name == "postgresql":
+        keys = list(conn.execute(reset.returning(w.source_id)).scalars())
+        count = len(keys)
+    else:  # no UPDATE ... RETURNING: the keys first, under the same conditions
+        keys = list(conn.execute(sa.select(w.source_id).where(which, w.execution_status == FAILED)).scalars())
+        count = int(getattr(conn.execute(reset), "rowcount", 0)) if keys else 0
+    notify.announce_rows(conn, source_table, keys)
+    return count
+
+
+def forget(conn: Connection, table: sa.Table, source_ids: Sequence[Any]) -> int:
+    """Delete the records of ``source_ids`` that ended (finished or failed), as pruning a
+    schedule's old ticks does; no commit. How many."""
+    w = table.c
+    return int(conn.execute(sa.delete(table).where(w.source_id.in_(source_ids), w.execution_status.in_(DONE))).rowcount)
