@@ -6,7 +6,9 @@ One test per database runs the scenario and checks (a)-(d) of ``checks.py`` on i
 
 - ``DBWORKER_MODEL_SEED``: replay a seed (printed in every failure message and summary);
 - ``DBWORKER_MODEL_STEPS``: the number of operations (default 150, about a minute per
-  database; the long run: ``DBWORKER_MODEL_STEPS=3000``).
+  database; the long run: ``DBWORKER_MODEL_STEPS=3000``);
+- ``DBWORKER_MODEL_KEEP``: a directory to keep each run's files in (the runs log, the
+  coordinators' logs, ``report.txt``); pytest prunes its own temporary directories.
 """
 
 from __future__ import annotations
@@ -81,7 +83,10 @@ def _run(backend: str, directory: Path) -> Scenario:
                    f"states {len(findings.states)}, effects {len(findings.effects)}; files in {directory}\n  slowest: "
                    + "; ".join(findings.slowest))  # fmt: skip
         scenario = Scenario(backend, findings, summary)
-        (directory / "report.txt").write_text(f"{summary}\n{scenario.failures()}\n")
+        timeline = [f"coordinator started {t:.3f}" for t in fleet.starts]
+        timeline += [f"coordinator {'SIGTERMed' if e.graceful else 'SIGKILLed'} {e.at:.3f}, gone {e.dead_at:.3f}"
+                     for e in endings]  # fmt: skip
+        (directory / "report.txt").write_text("\n".join([summary, scenario.failures(), *driver.log, *timeline]) + "\n")
         print(summary)
         return scenario
     finally:
@@ -93,7 +98,10 @@ def _run(backend: str, directory: Path) -> Scenario:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_claim_engine_against_the_model(backend: str, tmp_path: Path) -> None:
     # One test per database, so parallel workers (xdist) never run a scenario twice.
-    scenario = _run(backend, tmp_path)
+    keep = os.environ.get("DBWORKER_MODEL_KEEP")  # a directory of your own: pytest prunes its own
+    directory = Path(keep) / f"{backend}-{SEED}" if keep else tmp_path
+    directory.mkdir(parents=True, exist_ok=True)
+    scenario = _run(backend, directory)
     failures = scenario.failures()
     assert not failures, (f"replay: DBWORKER_MODEL_SEED={SEED} DBWORKER_MODEL_STEPS={STEPS}\n"
                           f"{failures}\n{scenario.summary}")  # fmt: skip
