@@ -133,8 +133,8 @@ def read_runs(directory: Path, endings: list[Ending]) -> dict[Key, list[Run]]:
 
 def derived_marks(model: Model, runs: dict[Key, list[Run]], endings: list[Ending], lease: float) -> list[Mark]:
     """Marks that follow from runs: an ``Unfinished(after=S)`` is claimable S after it ended; a
-    run whose coordinator was killed (or drained past its deadline) is claimable again once its
-    lease expires (optional: it may have committed just before)."""
+    run killed with its coordinator is claimable again once its lease expires (one that ended
+    just before the kill may have committed: optional)."""
     marks = []
     for key, rs in runs.items():
         job = model.jobs[key[1]]
@@ -145,8 +145,11 @@ def derived_marks(model: Model, runs: dict[Key, list[Run]], endings: list[Ending
                 marks.append(Mark(key, r.end + delay, r.end + delay, "unfinished(after)", tol=EARLY_TOL))
             for e in endings:
                 if r.pid in e.pids and (r.ended_by_death or (r.end is not None and r.end > e.at - 2.0)):
+                    # Killed mid-run it committed nothing: it must run again once the lease
+                    # expires. Ended just before, it may have committed: no run is owed.
                     at = e.dead_at if e.graceful else e.at + lease
-                    marks.append(Mark(key, e.at, at, "run of an ended coordinator", optional=True))
+                    why = "run killed with its coordinator" if r.ended_by_death else "run of an ended coordinator"
+                    marks.append(Mark(key, e.at, at, why, optional=not r.ended_by_death))
     return marks
 
 
