@@ -43,13 +43,13 @@ class Scenario:
     findings: checks.Findings
     summary: str
 
-    def failures(self) -> str:
+    def failures(self, shown: int = 25) -> str:
         f = self.findings
         parts = [(f"(a) picked up later than {checks.BOUND} s after claimable, or never", f.late),
                  ("(b) runs of one item at once", f.overlaps),
                  ("(c) end states", f.states),
                  ("(d) committed effects", f.effects)]  # fmt: skip
-        return "\n".join(f"{what}: {len(found)}\n  " + "\n  ".join(found[:25]) for what, found in parts if found)
+        return "\n".join(f"{what}: {len(found)}\n  " + "\n  ".join(found[:shown]) for what, found in parts if found)
 
 
 def _settle(model: Model, coordinator: Coordinator) -> None:
@@ -86,7 +86,8 @@ def _run(backend: str, directory: Path) -> Scenario:
         timeline = [f"coordinator started {t:.3f}" for t in fleet.starts]
         timeline += [f"coordinator {'SIGTERMed' if e.graceful else 'SIGKILLed'} {e.at:.3f}, gone {e.dead_at:.3f}"
                      for e in endings]  # fmt: skip
-        (directory / "report.txt").write_text("\n".join([summary, scenario.failures(), *driver.log, *timeline]) + "\n")
+        report = [summary, scenario.failures(shown=100_000), *driver.log, *timeline]
+        (directory / "report.txt").write_text("\n".join(report) + "\n")
         print(summary)
         return scenario
     finally:
