@@ -64,7 +64,6 @@ def _run(backend: str, directory: Path) -> Scenario:
     fleet = Fleet(db.url, directory, lease=LEASE, max_poll=MAX_POLL)
     try:
         coordinator = model_app.create_tables(db.url)
-        os.environ["DBWORKER_MODEL_DIR"] = str(directory)  # the test's own reads of reset counts
         fleet.start(0)
         fleet.start(1)
         model = Model()

@@ -5,7 +5,6 @@ must run without a wrap (``max_poll_seconds`` 120: the next wrap is at least 720
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -28,13 +27,12 @@ def _started(directory: Path) -> set[int]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_rows_named_at_once_behind_the_cursor_all_run(backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rows_named_at_once_behind_the_cursor_all_run(backend: str, tmp_path: Path) -> None:
     databases = open_database(backend, tmp_path)
     db = next(databases)
     fleet = Fleet(db.url, tmp_path, lease=6, max_poll=120)
     try:
         coordinator = model_app.create_tables(db.url)
-        monkeypatch.setitem(os.environ, "DBWORKER_MODEL_DIR", str(tmp_path))
         fleet.start(0)
         with coordinator.engine.begin() as conn:  # the cursor moves past these
             conn.execute(sa.insert(model_app.Job), [{"id": i} for i in range(1000, 1010)])
