@@ -34,12 +34,14 @@ def test_rows_named_at_once_behind_the_cursor_all_run(backend: str, tmp_path: Pa
     try:
         coordinator = model_app.create_tables(db.url)
         fleet.start(0)
+        fleet.start(1)  # two coordinators: with one, SQLite's change feed happens to name fewer at once
         with coordinator.engine.begin() as conn:  # the cursor moves past these
             conn.execute(sa.insert(model_app.Job), [{"id": i} for i in range(1000, 1010)])
         wait_until(lambda: _started(tmp_path) >= set(range(1000, 1010)), what="the first rows to run")
-        with coordinator.engine.begin() as conn:  # both slots busy: the next claim takes one row
-            conn.execute(sa.insert(model_app.Job), [{"id": i, "action": "finish:4"} for i in (1010, 1011)])
-        wait_until(lambda: _started(tmp_path) >= {1010, 1011}, what="both slots to be busy")
+        busy = set(range(1010, 1014))
+        with coordinator.engine.begin() as conn:  # every slot busy: the next claim takes one row
+            conn.execute(sa.insert(model_app.Job), [{"id": i, "action": "finish:4"} for i in busy])
+        wait_until(lambda: _started(tmp_path) >= busy, what="every slot to be busy")
         with coordinator.engine.begin() as conn:  # one statement, one wake-up naming them all
             conn.execute(sa.insert(model_app.Job), [{"id": i} for i in range(1, BEHIND + 1)])
         wanted = set(range(1, BEHIND + 1))
