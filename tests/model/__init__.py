@@ -1,0 +1,1 @@
+"""The model-based test of the claim engine (issue 25)."""

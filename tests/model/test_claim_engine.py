@@ -1,0 +1,107 @@
+"""A model-based test of the claim engine: two real coordinator processes (real handler
+processes) on one database, driven through random operations, checked against a reference model.
+
+One test per database runs the scenario and checks (a)-(d) of ``checks.py`` on it.
+``max_poll_seconds`` is 120, so a row that only a wrap would find fails the pick-up bound.
+
+- ``DBWORKER_MODEL_SEED``: replay a seed (printed in every failure message and summary);
+- ``DBWORKER_MODEL_STEPS``: the number of operations (default 150, about a minute per
+  database; the long run: ``DBWORKER_MODEL_STEPS=3000``);
+- ``DBWORKER_MODEL_KEEP``: a directory to keep each run's files in (the runs log, the
+  coordinators' logs, ``report.txt``); pytest prunes its own temporary directories.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dbworker import Coordinator
+from tests.apps import model_app
+from tests.conftest import BACKENDS, open_database
+from tests.model import checks
+from tests.model.driver import Driver
+from tests.model.fleet import Fleet
+from tests.model.model import Model
+
+LEASE = 6.0  # small, so the take-over after a SIGKILL happens within the test
+MAX_POLL = 120.0  # large, so only wake-ups (never a wrap) can meet the pick-up bound
+STEPS = int(os.environ.get("DBWORKER_MODEL_STEPS", "150"))
+SEED = int(os.environ.get("DBWORKER_MODEL_SEED") or secrets.randbits(32))
+SETTLE = LEASE + 3 * checks.BOUND + 30  # how long the end waits for every item to end
+
+
+@dataclass
+class Scenario:
+    backend: str
+    findings: checks.Findings
+    summary: str
+
+    def failures(self, shown: int = 25) -> str:
+        f = self.findings
+        parts = [(f"(a) picked up later than {checks.BOUND} s after claimable, or never", f.late),
+                 ("(b) runs of one item at once", f.overlaps),
+                 ("(c) end states", f.states),
+                 ("(d) committed effects", f.effects)]  # fmt: skip
+        return "\n".join(f"{what}: {len(found)}\n  " + "\n  ".join(found[:shown]) for what, found in parts if found)
+
+
+def _settle(model: Model, coordinator: Coordinator) -> None:
+    deadline = time.monotonic() + SETTLE
+    while time.monotonic() < deadline and checks.mismatches(model, checks.statuses(coordinator.engine)):
+        time.sleep(0.5)
+
+
+def _run(backend: str, directory: Path) -> Scenario:
+    databases = open_database(backend, directory)
+    db = next(databases)
+    fleet = Fleet(db.url, directory, lease=LEASE, max_poll=MAX_POLL)
+    try:
+        coordinator = model_app.create_tables(db.url)
+        fleet.start(0)
+        fleet.start(1)
+        model = Model()
+        driver = Driver(random.Random(SEED), backend, db.url, coordinator.engine, coordinator, fleet, model, directory)
+        began = time.monotonic()
+        driver.run(STEPS)
+        assert not driver.errors, f"the driver's hold transactions failed: {driver.errors!r}"
+        _settle(model, coordinator)
+        took = time.monotonic() - began
+        endings = list(fleet.endings)
+        findings = checks.check_all(model, coordinator.engine, directory, list(fleet.starts), endings, LEASE)
+        coordinator.engine.dispose()
+        summary = (f"model test on {backend}: seed {SEED}, {STEPS} steps, {len(model.jobs)} jobs, "
+                   f"{len(endings)} coordinator endings, {took:.0f} s; pick-up {findings.lag_summary()}; "
+                   f"late/never {len(findings.late)}, overlaps {len(findings.overlaps)}, "
+                   f"states {len(findings.states)}, effects {len(findings.effects)}; files in {directory}\n  slowest: "
+                   + "; ".join(findings.slowest))  # fmt: skip
+        scenario = Scenario(backend, findings, summary)
+        timeline = [f"coordinator started {t:.3f}" for t in fleet.starts]
+        timeline += [f"coordinator {'SIGTERMed' if e.graceful else 'SIGKILLed'} {e.at:.3f}, gone {e.dead_at:.3f}"
+                     for e in endings]  # fmt: skip
+        report = [summary, scenario.failures(shown=100_000), *driver.log, *timeline]
+        (directory / "report.txt").write_text("\n".join(report) + "\n")
+        print(summary)
+        return scenario
+    finally:
+        fleet.abandon()
+        databases.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_claim_engine_against_the_model(backend: str, tmp_path: Path) -> None:
+    # One test per database, so parallel workers (xdist) never run a scenario twice.
+    keep = os.environ.get("DBWORKER_MODEL_KEEP")  # a directory of your own: pytest prunes its own
+    directory = Path(keep) / f"{backend}-{SEED}" if keep else tmp_path
+    directory.mkdir(parents=True, exist_ok=True)
+    scenario = _run(backend, directory)
+    failures = scenario.failures()
+    assert not failures, (f"replay: DBWORKER_MODEL_SEED={SEED} DBWORKER_MODEL_STEPS={STEPS}\n"
+                          f"{failures}\n{scenario.summary}")  # fmt: skip
