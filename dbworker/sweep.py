@@ -216,6 +216,16 @@ class Sweep:
             with self._lock:
                 self._unnamed = True
 
+    def left_by_full_round(self, named: Sequence[Any], taken: Iterable[Any]) -> None:
+        """A round by key took as many rows as it could (its limit): the ``named`` rows it did
+        not take (``taken``: the claimed items' keys) may simply not have fit, so they are
+        named again for the next claim. Dropped, they would lie behind the cursor until the
+        next wrap. (A round short of its limit took every named row that was claimable.)"""
+        got = {notify.key_text(t) for t in taken} if self.keys_as_text else set(taken)
+        for key in named:
+            if key not in got:
+                self.name(key, again=True)  # take_named has told them from handlers' own writes
+
     def wrapped(self, *, started: float, now: float) -> None:
         """A round from the first row ran from ``started`` to ``now``: space the next wrap."""
         took = now - started

@@ -51,6 +51,8 @@ class Fetcher:
                     # Rows named (by wake-ups, or our own items claimable again) behind the
                     # sweep: claimed by key, and handed out before the sweep's own round trip.
                     taken += self._round(conn, limit, plan.named).taken
+                    if len(taken) >= limit:
+                        sweep.left_by_full_round(plan.named, [c.source_id for c in taken])
                     self._hand_out(taken)
                 if len(taken) < limit:
                     taken += self._sweep_round(conn, limit - len(taken))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from dbworker import tuning
 from dbworker.sql import notify
 from dbworker.sql.claims import Claim, Round
@@ -94,6 +96,26 @@ def test_named_rows_behind_the_cursor_are_claimed_by_key_those_past_it_left_to_t
     keys, unnamed = s.take_named()
     assert keys == ["7", "abc"] and not unnamed
     assert s.take_named() == ([], False)  # taken once
+
+
+@pytest.mark.parametrize("as_text", [True, False])
+def test_named_rows_a_full_round_by_key_did_not_take_are_named_for_the_next_claim(as_text: bool) -> None:
+    # Twenty rows named behind the cursor while one slot was free: the round by key takes
+    # one; the other nineteen must not wait for the next wrap (found by tests/model).
+    s = Sweep(keys_as_text=as_text, max_poll_seconds=120)
+    swept(s, now=0.0, last_key=100)
+    named = [str(k) if as_text else k for k in range(1, 21)]
+    for key in named:
+        s.name(key)
+    keys, _ = s.take_named()
+    assert keys == sorted(named)
+    s.left_by_full_round(keys, taken=[5])
+    again, _ = s.take_named()
+    assert sorted(again) == sorted(k for k in named if k not in ("5", 5))
+    # Ended here before, they are still claimed (not taken for their handlers' own writes).
+    s.ended(7)
+    s.left_by_full_round(again, taken=[])
+    assert (("7" if as_text else 7) in s.take_named()[0])
 
 
 def test_named_rows_are_dropped_during_a_wrap_which_reaches_every_row() -> None:
