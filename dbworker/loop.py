@@ -31,7 +31,13 @@ from dbworker.pool import Pool
 from dbworker.settings import Settings
 from dbworker.sql import items, poolers, tables
 from dbworker.sweep import Sweep
-from dbworker.tuning import ERROR_FIRST_WAIT, ERROR_MAX_WAIT, LOCKED_ROWS_FIRST_WAIT, LOOKUP_SECONDS
+from dbworker.tuning import (
+    ERROR_FIRST_WAIT,
+    ERROR_MAX_WAIT,
+    LOCKED_ROWS_FIRST_WAIT,
+    LOCKED_ROWS_MAX_WAIT,
+    LOOKUP_SECONDS,
+)
 from dbworker.workers import RegisteredWorker
 
 log = logging.getLogger("dbworker")
@@ -177,7 +183,7 @@ class WorkerLoop:
         settings, runner, picker = self._ctx.settings, self.runner, self.picker
         poll = Backoff(settings.poll_seconds, settings.max_poll_seconds)
         errors = Backoff(ERROR_FIRST_WAIT, ERROR_MAX_WAIT, jitter=0.5)
-        locked = Backoff(LOCKED_ROWS_FIRST_WAIT, settings.max_poll_seconds)
+        locked = Backoff(LOCKED_ROWS_FIRST_WAIT, min(LOCKED_ROWS_MAX_WAIT, settings.max_poll_seconds))
         next_claim = 0.0
         timed = False  # is the claim due a timed poll (True) or a wake-up / completion (False)?
         last_wait: float | None = None

@@ -108,6 +108,11 @@ LOOKUP_SECONDS = 1.0
 # A round skipped rows another transaction had locked (another worker's claim on the same
 # source, an application's lock): the loop claims again this soon, doubling while they stay so.
 LOCKED_ROWS_FIRST_WAIT = 0.02
+# ... up to this wait: a lock released without a write (SELECT ... FOR UPDATE, FOR KEY SHARE,
+# a rolled-back update) sends no wake-up, so a row held for minutes is still claimed within
+# about this much of its release; the cost is one claim round trip a second per loop while
+# rows stay locked.
+LOCKED_ROWS_MAX_WAIT = 1.0
 # Handlers faster than PREFETCH_BELOW_SECONDS on average get items claimed ahead: as many per
 # slot as fit in PREFETCH_WINDOW_SECONDS of handler time, at most PREFETCH_MAX_PER_SLOT, so a
 # slot that frees up starts its next item without a claim round trip and claims come in

@@ -91,7 +91,8 @@ class Findings:
     late: list[str] = field(default_factory=list)  # (a)
     overlaps: list[str] = field(default_factory=list)  # (b)
     states: list[str] = field(default_factory=list)  # (c)
-    effects: list[str] = field(default_factory=list)  # (d)
+    effects: list[str] = field(default_factory=list)  # (d): steps committed twice, after a cancel, unknown
+    missing: list[str] = field(default_factory=list)  # (d): steps that never committed (never run)
     lags: list[float] = field(default_factory=list)  # waits while the worker idled
     raw_lags: list[float] = field(default_factory=list)  # waits in all
     slowest: list[str] = field(default_factory=list)  # the slowest pick-ups, for the summary
@@ -269,6 +270,9 @@ def check_effects(model: Model, engine: sa.Engine, f: Findings) -> None:
                 late = [at for ats in got.values() for at in ats if at > tc]
                 if late:
                     f.effects.append(f"{(w, job.id)} committed a step written after its cancel at {tc:.3f}: {late}")
+            elif sorted(got) == list(range(1, len(got) + 1)) and len(got) < want:
+                # The first steps committed once each, the rest never ran: liveness, like (a).
+                f.missing.append(f"{(w, job.id)} committed steps {sorted(got)}, expected 1..{want} ({job.action})")
             elif sorted(got) != list(range(1, want + 1)):
                 f.effects.append(f"{(w, job.id)} committed steps {sorted(got)}, expected 1..{want} ({job.action})")
     if steps:
