@@ -54,7 +54,10 @@ class Processes:
         self.started.append(proc)
         assert proc.stdout is not None
         line = proc.stdout.readline()
-        assert line.strip() == says, f"coordinator process said {line!r}"
+        if line.strip() != says:  # its stderr says why (a start-up error, a traceback)
+            proc.wait(timeout=30)
+            log_text = (self.logs / f"coordinator-{self._count}.log").read_text()[-4000:]
+            raise AssertionError(f"coordinator process said {line!r}; its log ends:\n{log_text}")
         return proc
 
     def stop_all(self) -> None:
