@@ -26,9 +26,7 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -38,6 +36,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from dbworker import Coordinator, Finished, Outcome, Unfinished
+from tests.apps import runner
 
 WORKERS = ("alpha", "beta")
 
@@ -146,13 +145,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(process)d %(name)s %(message)s")
     coordinator = build(args.url, lease_seconds=args.lease, poll_seconds=0.25, max_poll_seconds=args.max_poll)
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    coordinator.start()
-    print("started", flush=True)
-    done.wait()
-    coordinator.stop(timeout=10)
-    print("stopped", flush=True)
+    runner.serve(coordinator)
 
 
 if __name__ == "__main__":

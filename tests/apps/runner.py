@@ -12,7 +12,19 @@ import signal
 import sys
 import threading
 
+from dbworker import Coordinator
 from tests.apps import basic
+
+
+def serve(coordinator: Coordinator) -> None:
+    """Start ``coordinator``, print "started", run until SIGTERM, stop it, print "stopped"."""
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    coordinator.start()
+    print("started", flush=True)
+    done.wait()
+    coordinator.stop(timeout=10)
+    print("stopped", flush=True)
 
 
 def main() -> None:
@@ -36,13 +48,7 @@ def main() -> None:
         poll_seconds=0.05,
         max_poll_seconds=0.5,
     )
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    coordinator.start()
-    print("started", flush=True)
-    done.wait()
-    coordinator.stop(timeout=10)
-    print("stopped", flush=True)
+    serve(coordinator)
 
 
 if __name__ == "__main__":
