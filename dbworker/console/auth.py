@@ -133,6 +133,10 @@ class Throttle:
             found = self._failures.get(client)
         return 0.0 if found is None else max(0.0, found[1] - self._clock())
 
+    def __len__(self) -> int:
+        """How many clients it remembers (at most ``CLIENTS_MAX``)."""
+        return len(self._failures)
+
     def failed(self, client: str) -> None:
         now = self._clock()
         with self._lock:

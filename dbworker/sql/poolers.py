@@ -37,7 +37,7 @@ _SQLSTATES = ("26000", "42P05")
 _TEXT = re.compile(r"prepared statement \S+ (does not exist|already exists)", re.I)
 
 
-def _no_prepare(dbapi_connection: Any, *_: Any) -> None:
+def no_prepare(dbapi_connection: Any, *_: Any) -> None:
     # psycopg 3: None never prepares; other drivers have no such attribute and none to turn off.
     conn = getattr(dbapi_connection, "driver_connection", dbapi_connection)
     if hasattr(conn, "prepare_threshold"):
@@ -50,10 +50,10 @@ def no_prepared_statements(engine: Engine) -> None:
     On connect and at each checkout, so connections pooled before this call comply too;
     calling it again does nothing.
     """
-    if engine.dialect.driver != "psycopg" or event.contains(engine, "checkout", _no_prepare):
+    if engine.dialect.driver != "psycopg" or event.contains(engine, "checkout", no_prepare):
         return
-    event.listen(engine, "connect", _no_prepare, insert=True)
-    event.listen(engine, "checkout", _no_prepare)
+    event.listen(engine, "connect", no_prepare, insert=True)
+    event.listen(engine, "checkout", no_prepare)
 
 
 def child_engine_options(options: Mapping[str, Any], database_url: str) -> dict[str, Any]:

@@ -64,9 +64,9 @@ def test_configure_sets_the_pooler_settings_before_start() -> None:
 def test_the_coordinators_engine_never_prepares_in_pooler_mode() -> None:
     c = pg_coordinator(transaction_pooler=True)
     engine = c.engine
-    assert sa.event.contains(engine, "checkout", poolers._no_prepare)
+    assert sa.event.contains(engine, "checkout", poolers.no_prepare)
     driver = types.SimpleNamespace(prepare_threshold=5)  # psycopg's attribute, no server needed
-    poolers._no_prepare(types.SimpleNamespace(driver_connection=driver))
+    poolers.no_prepare(types.SimpleNamespace(driver_connection=driver))
     assert driver.prepare_threshold is None
     poolers.no_prepared_statements(engine)  # again: nothing added
     assert len(engine.pool.dispatch.checkout) == 1
