@@ -6,6 +6,7 @@ it never commits (the caller does).
 
 from __future__ import annotations
 
+import inspect
 import pickle
 import re
 from collections.abc import Iterator, Mapping
@@ -58,14 +59,20 @@ def check_handler(name: str, handler: object) -> None:
     """
     if not callable(handler):
         raise ValueError(f"worker {name!r}: the handler must be a function, got {handler!r}")
+    what = getattr(handler, "__qualname__", type(handler).__name__)
+    fix = "define handlers as module-level functions (not lambdas, nor functions defined inside another)"
+    if inspect.isfunction(handler):
+        # A function pickles by its module and name, which a decorator runs before they are
+        # bound (``@transactional_worker`` over ``def handle``): tell by the name alone.
+        if "<lambda>" in what or "<locals>" in what:
+            raise ValueError(f"worker {name!r}: its handler {what} cannot be pickled to handler processes; {fix}")
+        return
     try:
-        pickle.dumps(handler)
+        pickle.dumps(handler)  # another callable (a partial, a bound method): as start() will
     except Exception as exc:  # noqa: BLE001 - whatever pickle raises, the handler cannot go
-        what = getattr(handler, "__qualname__", type(handler).__name__)
         raise ValueError(
             f"worker {name!r}: its handler {what} cannot be pickled to handler processes "
-            f"({type(exc).__name__}); define handlers as module-level functions (not lambdas, "
-            "nor functions defined inside another)"
+            f"({type(exc).__name__}); {fix}"
         ) from None
 
 

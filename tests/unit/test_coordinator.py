@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import pickle
 from typing import Any
 
@@ -146,6 +147,29 @@ def test_unpicklable_handler_is_refused_at_registration(tmp_path: Any) -> None:
             with pytest.raises(ValueError, match=r"worker '(items|p)': its handler .*(local|lambda).* cannot be pickled.*module-level"):
                 register(handler)
     assert c.registrations() == []
+
+
+def test_a_handler_decorated_at_module_level_registers_and_pickles(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The decorator runs before the module binds the function's name, so pickling it by
+    # reference there would fail every application written the README's way.
+    (tmp_path / "decorated_app.py").write_text(
+        "import sqlalchemy as sa\n"
+        "from sqlalchemy.orm import sessionmaker\n"
+        "from dbworker import Coordinator, Finished\n"
+        "from tests.apps import basic\n"
+        f"URL = 'sqlite:///{tmp_path / 'app.db'}'\n"
+        "coordinator = Coordinator(sessionmaker(sa.create_engine(URL)), database_url=URL)\n"
+        "@coordinator.transactional_worker(name='items', source=basic.Item)\n"
+        "def handle(item, session):\n"
+        "    return Finished()\n"
+        "@coordinator.periodic(name='tick', every=60)\n"
+        "def tick(tick, session):\n"
+        "    return Finished()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("decorated_app")
+    assert [r.name for r in module.coordinator.registrations()] == ["items", "tick"]
+    assert pickle.loads(pickle.dumps(module.handle)) is module.handle
 
 
 def test_unpicklable_engine_options_are_refused_at_start(tmp_path: Any) -> None:
