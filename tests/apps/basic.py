@@ -2,7 +2,8 @@
 
 Actions: ``finish``; ``fail``; ``sleep:S`` then finish; ``exit:N`` (os._exit); ``kill``
 (SIGKILL itself); ``unfinished:K`` (Unfinished until called K times); ``commit`` (calls
-session.commit); ``bad`` (returns a wrong value); ``wait`` (finishes once a ``go`` file exists);
+session.commit); ``sqlcommit`` (writes an ``outputs`` row of run 0, then runs a ``COMMIT``
+statement and goes on); ``bad`` (returns a wrong value); ``wait`` (finishes once a ``go`` file exists);
 ``dbwait`` (finishes once the item's ``release`` flag is set, read in fresh transactions);
 ``flaky:K`` (raises OSError until its K-th attempt); ``value`` (raises ValueError); ``killonce``
 (SIGKILLs itself on its first attempt); ``hang`` (ignores SIGTERM and never returns);
@@ -99,6 +100,10 @@ def handle(item: Item, session: Session) -> Outcome:
         os.kill(os.getpid(), signal.SIGKILL)
     elif action == "commit":
         session.commit()
+    elif action == "sqlcommit":  # commits behind dbworker's back, then carries on
+        session.add(Output(item_id=item.id, run=0, pid=os.getpid()))
+        session.flush()
+        session.execute(sa.text("COMMIT"))
     elif action == "bad":
         return "done"  # type: ignore[return-value]
     elif action == "wait":
