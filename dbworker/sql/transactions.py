@@ -61,8 +61,9 @@ class EndWatch:
     def __init__(self) -> None:
         self.watching = False
         self.ended: str | None = None
-        self._before: bool | None = None
-        self._conns: set[int] = set()  # ids of the watched driver connections
+        # Ids of the watched driver connections, and whether each was in a transaction
+        # before its current statement.
+        self._conns: dict[int, bool | None] = {}
 
     def attach(self, engine: Any) -> None:
         event.listen(engine, "before_cursor_execute", self._before_statement)
@@ -74,27 +75,26 @@ class EndWatch:
 
     def start(self, conn: Connection) -> None:
         """Watch ``conn`` (the handler session's), and those ``follow`` adds, until ``stop``."""
-        self._conns = {id(conn.connection.dbapi_connection)}
+        self._conns = {id(conn.connection.dbapi_connection): None}
         self.watching, self.ended = True, None
 
     def follow(self, conn: Connection) -> None:
         """The handler's session began again on ``conn`` (after a rollback)."""
         if self.watching:
-            self._conns.add(id(conn.connection.dbapi_connection))
+            self._conns.setdefault(id(conn.connection.dbapi_connection), None)
 
     def stop(self) -> str | None:
         self.watching = False
         return self.ended
 
-    def _watched(self, conn: Connection) -> bool:
-        return self.watching and id(conn.connection.dbapi_connection) in self._conns
-
     def _before_statement(self, conn: Connection, *args: Any) -> None:
-        self._before = False
-        if self._watched(conn):
-            self._before = in_transaction(conn.connection.dbapi_connection)
+        driver = conn.connection.dbapi_connection
+        if self.watching and id(driver) in self._conns:
+            self._conns[id(driver)] = in_transaction(driver)
 
     def _after_statement(self, conn: Connection, cursor: Any, statement: str, *args: Any) -> None:
-        ended = self._before and in_transaction(conn.connection.dbapi_connection) is False
-        if ended and self.ended is None and self._watched(conn):
+        driver = conn.connection.dbapi_connection
+        if not self.watching or not self._conns.get(id(driver)) or self.ended is not None:
+            return
+        if in_transaction(driver) is False:
             self.ended = " ".join(statement.split())[:80]
