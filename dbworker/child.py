@@ -22,13 +22,14 @@ from sqlalchemy.orm import Session
 
 from dbworker import logs, messages, redact
 from dbworker.contract import ExecutionStatus, Finished, Handler, LostClaim, Unfinished
-from dbworker.messages import FINISHED, LOST, RETRY, UNFINISHED, Outcome, Report
+from dbworker.messages import DELETED, FINISHED, LOST, RETRY, UNFINISHED, Outcome, Report
 from dbworker.retries import Retry
-from dbworker.sql import dialects, items, statements, tables
+from dbworker.sql import dialects, items, statements, tables, transactions
 from dbworker.tuning import PARENT_CHECK_SECONDS
 
 EXIT_ORPHANED = 3  # the coordinator died; the work is left for another to take over
 _MAY_COMMIT = "dbworker.may_commit"
+_ENDS = "dbworker.ends"  # the session's transactions.EndWatch
 
 
 
@@ -48,6 +49,11 @@ class ChildConfig:
     retry: Retry | None = None  # the worker's retry policy, for failures the handler raises
 
 
+class CommittedBehindOurBack(RuntimeError):
+    """The handler ended dbworker's transaction itself (``COMMIT``, or a statement that
+    commits implicitly): what it wrote until then is committed and cannot be undone."""
+
+
 class HandlerSession(Session):
     """The session a handler receives: committing it is dbworker's job (see ``_guard_commit``)."""
 
@@ -60,6 +66,14 @@ def _guard_commit(session: Session) -> None:
             "dbworker owns the commit: return Finished() or Unfinished() and dbworker commits "
             "the handler's writes with the outcome (session.rollback() is allowed)"
         )
+
+
+@event.listens_for(HandlerSession, "after_begin")
+def _follow(session: Session, transaction: Any, connection: sa.Connection) -> None:
+    # A handler that rolled its session back and goes on writes on the connection begun now.
+    watch = session.info.get(_ENDS)
+    if watch is not None:
+        watch.follow(connection)
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -87,6 +101,10 @@ class Runner:
         # Built once: session.get() redoes per call what a fresh session never needs
         # (identity-map lookup, a new statement and its cache key).
         self._load = statements.load_source(config.source)
+        # A handler's own COMMIT (session.execute(text("COMMIT"))) would pass the fence: seen
+        # by the engine's statement events and failing the item (see CommittedBehindOurBack).
+        self._ends = transactions.EndWatch()
+        self._ends.attach(self.engine)
 
     def warm_up(self) -> None:
         """Connect, configure the mappers and compile the hot statements before the first item.
@@ -137,20 +155,39 @@ class Runner:
                     raise LookupError(
                         f"source row {claim.source_id!r} of {self.config.source.__name__} no longer exists"
                     )
-                result = self.config.handler(row, session)
-                if not isinstance(result, Finished | Unfinished):
-                    raise TypeError(
-                        f"handler returned {result!r}; it must return Finished() or Unfinished()"
+                self._ends.start(session.connection())
+                session.info[_ENDS] = self._ends
+                try:
+                    result = self.config.handler(row, session)
+                    if not isinstance(result, Finished | Unfinished):
+                        raise TypeError(
+                            f"handler returned {result!r}; it must return Finished() or Unfinished()"
+                        )
+                    session.flush()
+                finally:
+                    ended = self._ends.stop()
+                if ended is not None:
+                    raise CommittedBehindOurBack(
+                        f"the handler ended dbworker's transaction itself ({ended!r}): what it wrote "
+                        "before that is committed and cannot be undone, so the item fails; dbworker "
+                        "owns the commit: return Finished() or Unfinished() instead"
                     )
-                session.flush()
             except BaseException as exc:
+                ended = self._ends.stop()
                 _rollback(session)
+                if ended is not None and not isinstance(exc, CommittedBehindOurBack):
+                    exc = CommittedBehindOurBack(
+                        f"the handler ended dbworker's transaction itself ({ended!r}) and then raised "
+                        f"{type(exc).__name__}: {exc}; what it wrote before that is committed"
+                    )
+                if isinstance(exc, CommittedBehindOurBack):
+                    return self._gone_or(claim, self._record_failure(claim, self._describe(exc), exc, final=True))
                 # A database error of the handler's session that a later try may not meet
                 # (connection lost, deadlock) is given back; what the handler's own code
                 # raises (a ConnectionError of its HTTP client, ...) is a failed attempt.
                 if isinstance(exc, sa.exc.SQLAlchemyError) and dialects.is_transient(exc):
                     return RETRY, self._describe(exc)
-                return self._record_failure(claim, self._describe(exc), exc)
+                return self._gone_or(claim, self._record_failure(claim, self._describe(exc), exc))
             after = result.after_seconds if isinstance(result, Unfinished) else None
             try:
                 conn = session.connection()
@@ -163,7 +200,7 @@ class Runner:
                 if not current:
                     _rollback(session)
                     self._last_exc = LostClaim(f"the claim of item {claim.source_id!r} is no longer ours")
-                    return LOST, None
+                    return self._gone_or(claim, (LOST, None))
                 session.info[_MAY_COMMIT] = True
                 session.commit()
             except Exception as exc:
@@ -189,18 +226,35 @@ class Runner:
             return True
         return False
 
-    def _record_failure(self, claim: items.Claim, error: str, exc: BaseException) -> tuple[Outcome, str | None]:
+    def _gone_or(self, claim: items.Claim, result: tuple[Outcome, str | None]) -> tuple[Outcome, str | None]:
+        """``result``, or ``DELETED`` when it is a lost claim whose source row no longer exists
+        (deleted while its handler ran: the work record went with it)."""
+        if result[0] != LOST:
+            return result
+        try:
+            with self.engine.connect() as conn:
+                gone = conn.execute(self._load, {"dbw_key": claim.source_id}).first() is None
+                conn.rollback()
+        except Exception:  # noqa: BLE001 - then it is reported as the lost claim it is
+            return result
+        return (DELETED, None) if gone else result
+
+    def _record_failure(
+        self, claim: items.Claim, error: str, exc: BaseException, *, final: bool = False
+    ) -> tuple[Outcome, str | None]:
+        """Record the failed attempt (``final``: failed, whatever the worker's Retry says)."""
         try:
             with self.engine.connect() as conn:
                 outcome, self._after = items.failed_attempt(
                     conn, self.table, claim, error=error, traceback=self._traceback,
-                    retry=self.config.retry, exc=exc,
+                    retry=None if final else self.config.retry, exc=exc,
                 )  # fmt: skip
         except Exception:
             return RETRY, error
         return outcome, error
 
     def close(self) -> None:
+        self._ends.detach(self.engine)
         if self._own_engine:
             self.engine.dispose()
 

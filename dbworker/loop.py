@@ -236,6 +236,7 @@ class WorkerLoop:
                     self._ctx.db_error("claim", exc)
                     next_claim = time.monotonic() + errors.next()
                     continue
+                self._ctx.told.discard("eligible")  # it returns a select() again
                 errors.reset()
                 last_trip = time.monotonic()
                 if taken:

@@ -34,7 +34,8 @@ class Outcome(enum.StrEnum):
     retry's delay; aborted (ended at a stop deadline), retry (a transient database error
     kept the result from being committed): given back, UNFINISHED at once; lost (the claim
     was no longer ours at the commit, or was cancelled or taken over): the record is
-    someone else's, nothing is written.
+    someone else's, nothing is written; deleted (the source row was deleted while its
+    handler ran, its work record with it): the result is discarded, nothing is written.
     """
 
     FINISHED = "finished"
@@ -46,6 +47,7 @@ class Outcome(enum.StrEnum):
     CRASHED = "crashed"
     ABORTED = "aborted"
     TIMED_OUT = "timed_out"
+    DELETED = "deleted"
 
     @property
     def observed(self) -> Outcome:
@@ -56,11 +58,12 @@ class Outcome(enum.StrEnum):
 FINISHED, UNFINISHED, FAILED, LOST, RETRY = (Outcome.FINISHED, Outcome.UNFINISHED, Outcome.FAILED,
                                              Outcome.LOST, Outcome.RETRY)  # fmt: skip
 RETRIED, CRASHED, ABORTED, TIMED_OUT = Outcome.RETRIED, Outcome.CRASHED, Outcome.ABORTED, Outcome.TIMED_OUT
+DELETED = Outcome.DELETED
 # What a handler process reports for one item (the others only the coordinator knows).
-REPORTED = (FINISHED, UNFINISHED, FAILED, LOST, RETRY, RETRIED)
+REPORTED = (FINISHED, UNFINISHED, FAILED, LOST, RETRY, RETRIED, DELETED)
 # Execution outcomes as observers see them (and metric label values). Final failures are
 # failed, crashed and timed_out; retried attempts are not failures of the item.
-OUTCOMES = (FINISHED, UNFINISHED, FAILED, CRASHED, LOST, ABORTED, RETRIED, TIMED_OUT)
+OUTCOMES = (FINISHED, UNFINISHED, FAILED, CRASHED, LOST, ABORTED, RETRIED, TIMED_OUT, DELETED)
 # What ends a busy handler process early, besides its own death: the pool ends it for one of these.
 ENDED_BY_POOL = (ABORTED, TIMED_OUT, LOST)
 

@@ -17,6 +17,8 @@ OUTCOMES = messages.OUTCOMES
 OPERATIONS = ("claim", "renew", "complete", "backlog")
 # Lease renewal results.
 RENEWAL_RESULTS = ("renewed", "lost", "error")
+# Why a wake-up notification was ignored (see wakeups.router).
+IGNORED_REASONS = ("malformed", "foreign")
 
 
 class Observer:
@@ -51,6 +53,9 @@ class Observer:
 
     def paused(self, worker: str, *, paused: bool) -> None:
         """``worker`` was found paused (or resumed) fleet-wide: its loop stopped (or resumed) claiming."""
+
+    def notification_ignored(self, *, reason: str) -> None:
+        """A wake-up notification was ignored (``reason``: one of IGNORED_REASONS)."""
 
 
 class Observers(Observer):
@@ -107,6 +112,10 @@ class Observers(Observer):
     def paused(self, worker: str, *, paused: bool) -> None:
         for o in self._each():
             _safely(o.paused, worker, paused=paused)
+
+    def notification_ignored(self, *, reason: str) -> None:
+        for o in self._each():
+            _safely(o.notification_ignored, reason=reason)
 
 
 def _safely(fn: object, *args: object, **kwargs: object) -> None:

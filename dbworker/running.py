@@ -49,7 +49,8 @@ class Running:
         registered = list(registered)
         self._observer = observer
         self.wakeups = services.build(engine, registered, selected, listen_url=listen_url,
-                                      transaction_pooler=transaction_pooler, secrets=secrets)  # fmt: skip
+                                      transaction_pooler=transaction_pooler, secrets=secrets,
+                                      observer=observer)  # fmt: skip
         hint = poolers.Hint(transaction_pooler=transaction_pooler)
         self.loops = [
             WorkerLoop(

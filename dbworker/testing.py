@@ -36,27 +36,31 @@ def drain(coordinator: Coordinator, *, workers: Iterable[str] | None = None, max
     registered = {w.name: w for w in coordinator.registrations()}
     engine = coordinator.engine
     runners = {name: Runner(child_config(coordinator, name), engine=engine) for name in names}
-    ran = dict.fromkeys(names, 0)
-    total = 0
-    progress = True
-    while progress and total < max_items:
-        progress = False
-        for name in names:  # one item per worker per pass: dependencies interleave as in a fleet
-            if total >= max_items:
-                break
-            w = registered[name]
-            with connect(engine) as conn:
-                taken = claims.claim(conn, table=w.table, key=w.key, eligible=w.eligible, limit=1,
-                                     lease_seconds=coordinator.lease_seconds).taken  # fmt: skip
-            if not taken:
-                continue
-            report = runners[name].run(taken[0])
-            if report.outcome == messages.RETRY:  # a transient database error: give it back
+    try:
+        ran = dict.fromkeys(names, 0)
+        total = 0
+        progress = True
+        while progress and total < max_items:
+            progress = False
+            for name in names:  # one item per worker per pass: dependencies interleave as in a fleet
+                if total >= max_items:
+                    break
+                w = registered[name]
                 with connect(engine) as conn:
-                    items.give_back(conn, w.table, taken[0], started=False)
-            ran[name] += 1
-            total += 1
-            progress = True
+                    taken = claims.claim(conn, table=w.table, key=w.key, eligible=w.eligible, limit=1,
+                                         lease_seconds=coordinator.lease_seconds).taken  # fmt: skip
+                if not taken:
+                    continue
+                report = runners[name].run(taken[0])
+                if report.outcome == messages.RETRY:  # a transient database error: give it back
+                    with connect(engine) as conn:
+                        items.give_back(conn, w.table, taken[0], started=False)
+                ran[name] += 1
+                total += 1
+                progress = True
+    finally:
+        for runner in runners.values():
+            runner.close()  # its statement watch off the coordinator's engine
     return ran
 
 

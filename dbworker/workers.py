@@ -98,6 +98,11 @@ def check_concurrency(concurrency: object, *, field: str = "concurrency") -> int
     return concurrency
 
 
+class WriteLockHeld(RuntimeError):
+    """SQLite: a write (``cancel``) waited out the busy timeout for the database's only write
+    lock, which a running handler that has written holds until its commit."""
+
+
 class WorkerView:
     """``coordinator.workers[name]``: the registration's facts and queries on its records."""
 
@@ -135,7 +140,19 @@ class WorkerView:
         at its next lease renewal, its writes rolled back. True if it cancelled something; the
         caller commits. ``reset_failed`` brings a cancelled item back.
         """
-        return items.cancel(session.connection(), self._w.table, source_id)
+        try:
+            return items.cancel(session.connection(), self._w.table, source_id)
+        except sa.exc.OperationalError as exc:
+            if session.get_bind().dialect.name != "sqlite" or "locked" not in str(exc.orig):
+                raise
+            raise WriteLockHeld(
+                f"cannot cancel item {source_id!r} of worker {self.name!r} now: SQLite's only write lock "
+                "is held by another writer, most likely a running handler that has written (flushed) and "
+                "not yet returned (it holds the lock until dbworker commits its outcome). Roll back this "
+                "session and cancel again once that handler returns; on SQLite, handlers that may need "
+                "cancelling should do their slow work before their first write (docs/lifecycle.md, "
+                "SQLite's single writer)"
+            ) from exc
 
     def reset_all_failed(self, session: Session) -> int:
         """Reset every FAILED item as ``reset_failed`` does; return how many."""

@@ -12,6 +12,7 @@ from dbworker import redact
 from dbworker.observe import Observer
 from dbworker.settings import Settings
 from dbworker.sql import poolers
+from dbworker.sql.candidates import EligibleNotSelect
 from dbworker.workers import RegisteredWorker
 
 log = logging.getLogger("dbworker")
@@ -27,9 +28,21 @@ class Context:
     observer: Observer
     secrets: tuple[str, ...] = ()
     hint: poolers.Hint = field(default_factory=lambda: poolers.Hint(transaction_pooler=False))
+    # Application errors told once (until a claim works again): "eligible".
+    told: set[str] = field(default_factory=set, compare=False, repr=False)
 
     def db_error(self, operation: str, exc: BaseException) -> None:
-        """A database error during ``operation`` ("claim", "complete"): the engine goes on."""
+        """A database error during ``operation`` ("claim", "complete"): the engine goes on.
+
+        An eligible() that returned no select() is the application's error, not the
+        database's: one error naming the worker and the fix, no database error counted.
+        """
+        if isinstance(exc, EligibleNotSelect):
+            if "eligible" not in self.told:
+                self.told.add("eligible")
+                log.error("dbworker worker %s: %s; no item of it is claimed until eligible= is fixed "
+                          "(its loop retries with backoff and says this once)", self.worker.name, exc)  # fmt: skip
+            return
         log.warning(
             "dbworker worker %s: database error during %s: %s",
             self.worker.name, operation, redact.describe(exc, self.secrets),

@@ -73,6 +73,9 @@ class Recorder:
         elif outcome == messages.LOST:
             log.warning("dbworker worker %s: lost the claim of item %r before its commit; result discarded",
                         name, sid)  # fmt: skip
+        elif outcome == messages.DELETED:
+            log.info("dbworker worker %s: the source row of item %r was deleted while its handler ran; "
+                     "result discarded", name, sid)  # fmt: skip
         elif outcome == messages.RETRY:
             log.warning("dbworker worker %s: database error in the handler process for item %r: %s; "
                         "the claim is given back", name, sid, report.summary)  # fmt: skip

@@ -60,7 +60,8 @@ class WorkerMetrics(observe.Observer):
             "Handler executions by outcome: finished, unfinished, failed, crashed (the "
             "handler process died), timed_out (ran past the worker's timeout), retried (the "
             "attempt failed and the worker's Retry tries again later), lost (claim lost before "
-            "commit), aborted (drain deadline). Final failures: failed, crashed, timed_out.",
+            "commit), aborted (drain deadline), deleted (the source row was deleted while its handler "
+            "ran; result discarded). Final failures: failed, crashed, timed_out.",
             ["worker", "outcome"],
             registry=registry,
         )
@@ -131,6 +132,16 @@ class WorkerMetrics(observe.Observer):
             ["worker"],
             registry=registry,
         )
+        self.notifications_ignored = Counter(
+            "dbworker_notifications_ignored",
+            "Wake-up notifications ignored, by reason: malformed (names a registered table or "
+            "worker in a form dbworker never sends, e.g. a key not of the key's type), foreign "
+            "(names nothing registered here). Anyone allowed to NOTIFY on the channel can send one.",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in observe.IGNORED_REASONS:
+            self.notifications_ignored.labels(reason)
         self.build_info = Gauge(
             "dbworker_build_info",
             "Always 1; labels say the dbworker version and the database dialect.",
@@ -210,6 +221,9 @@ class WorkerMetrics(observe.Observer):
 
     def paused(self, worker: str, *, paused: bool) -> None:
         self.paused_gauge.labels(worker).set(1 if paused else 0)
+
+    def notification_ignored(self, *, reason: str) -> None:
+        self.notifications_ignored.labels(reason).inc()
 
 
 class BacklogSampler:

@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from dbworker.sql import dialects, statements
+from dbworker.sql import dialects, statements, times
 from dbworker.sql.due import Due
 
 
@@ -32,6 +32,9 @@ def due(conn: Connection, table: sa.Table, limit: int, *, overdue: float | None 
     query = (
         sa.select(w.source_id, w.not_before, caps.now().label("dbw_now"))
         .where(w.not_before.is_not(None) if overdue is None else w.not_before > caps.now_plus(-overdue))
+        # A time Python cannot hold (stored by an earlier release, or by hand) is never due
+        # in practice: left out, so the lookup never fails on it (see ``times``).
+        .where(times.within_reach(w.not_before, conn.dialect))
         .order_by(w.not_before)
         .limit(limit)
     )
@@ -54,6 +57,7 @@ def source_due(conn: Connection, table: sa.Table, due: Due, limit: int, *, withi
         statements.claimable(table, due.key, due.base(), caps)
         .add_columns(column, caps.now().label("dbw_now"))
         .where(column > caps.now_plus(-within), column <= caps.now_plus(within))
+        .where(times.within_reach(column, conn.dialect))
         .order_by(None)
         .order_by(column)
         .limit(limit)

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from dbworker.contract import ExecutionStatus
-from dbworker.sql import dialects
+from dbworker.sql import dialects, times
 
 _WORKING = ExecutionStatus.WORKING.value
 _FAILED = ExecutionStatus.FAILED.value
@@ -57,6 +57,8 @@ def page(
     primary key: no offset, no count.
     """
     query = page_query(table, statuses=statuses, before=before, source_id=source_id, limit=limit)
+    # Times past what Python holds (stored by an earlier release, or by hand) read as times.LATEST.
+    query = query.with_only_columns(*times.readable_columns(table, conn.dialect))
     rows = [dict(r) for r in conn.execute(query).mappings()]
     return Page(rows[:limit], len(rows) > limit)
 

@@ -82,11 +82,19 @@ def every(st: Blocking, key: sa.Column[Any], caps: dialects.Capabilities, *, cur
     return lock(caps, key, in_key_order(narrow(st, key, sa.select(key.table), swept=cursor), key))
 
 
+class EligibleNotSelect(TypeError):
+    """The application's eligible() returned something other than a ``select()``: an error
+    of the application's, not of the database (the claim engine says so once)."""
+
+
 def eligible_query(eligible: Callable[[], sa.Select[Any]] | None, key: sa.Column[Any]) -> sa.Select[Any]:
     """The application's eligible query (called afresh), or every row of the source."""
     query = sa.select(key.table) if eligible is None else eligible()
     if not isinstance(query, sa.Select):
-        raise TypeError(f"eligible() must return a select() over the source, got {type(query).__name__}")
+        raise EligibleNotSelect(
+            f"eligible() returned {type(query).__name__}: it must return a select() over the source table "
+            f"{key.table.name}, e.g. sqlalchemy.select(Model).where(...) (a text() or a string is not one)"
+        )
     return query
 
 

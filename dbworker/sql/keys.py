@@ -4,12 +4,14 @@
 reaches SQL: an integer is written plainly (ASCII digits with an optional ``-``: ``1_0``,
 ``+1``, `` 1`` or Arabic-Indic digits are refused, never read as another item), and one beyond
 what the column can hold on this database is ``OutOfRange`` (no item can have it) instead of a
-database error.
+database error. ``is_text_form`` checks a wake-up's key text the same way before it is named
+to a claim.
 """
 
 from __future__ import annotations
 
 import re
+import uuid
 from typing import Any
 
 import sqlalchemy as sa
@@ -56,3 +58,27 @@ def integer_range(column: sa.Column[Any], dialect: Dialect | None) -> tuple[int,
     if getattr(kind, "unsigned", False):
         return 0, 2**bits - 1
     return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+
+
+def is_text_form(text: str, column: sa.Column[Any], dialect: Dialect | None) -> bool | None:
+    """Whether ``text`` is a key of ``column`` as dbworker's triggers and notifications write
+    it on ``dialect`` (a wake-up's key, from anyone allowed to ``NOTIFY``); None when the
+    key's type has no text form checked here (such wake-ups name no row).
+
+    An integer written plainly and within the column's range; a UUID as PostgreSQL writes it
+    (lower case, with dashes), elsewhere any form ``uuid.UUID`` reads; any text for a text key.
+    """
+    kind = tables.key_kind(column)
+    if kind is str:
+        return True
+    if kind is int:
+        if not _PLAIN_INTEGER.fullmatch(text):
+            return False
+        low, high = integer_range(column, dialect)
+        return low <= int(text) <= high
+    if kind is uuid.UUID:
+        value = tables.key_from_text(text, column)
+        if value is None:
+            return False
+        return dialect is None or dialect.name != "postgresql" or str(value) == text
+    return None

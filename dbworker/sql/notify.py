@@ -101,8 +101,15 @@ def claimable_again(payload: str, table: str) -> tuple[bool, list[str]]:
     return False, []
 
 
+class Malformed(ValueError):
+    """A payload naming a table in a form dbworker never sends (anyone may ``NOTIFY``)."""
+
+
 def source_change(payload: str, table: str) -> tuple[bool, list[str]]:
-    """Whether ``payload`` reports a change of ``table``, and the changed rows' key texts if named."""
+    """Whether ``payload`` reports a change of ``table``, and the changed rows' key texts if named.
+
+    ``Malformed`` when it names ``table`` but its keys are not a JSON array of strings.
+    """
     if payload == table:
         return True, []  # too many rows to name
     rows = f"{ROWS}:{table} "
@@ -110,8 +117,10 @@ def source_change(payload: str, table: str) -> tuple[bool, list[str]]:
         try:
             keys = json.loads(payload[len(rows) :])
         except ValueError:
-            return True, []
-        return True, [k for k in keys if isinstance(k, str)] if isinstance(keys, list) else []
+            raise Malformed(f"the keys of {table} are not JSON") from None
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise Malformed(f"the keys of {table} are not an array of strings")
+        return True, keys
     return False, []
 
 

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from dbworker.contract import ExecutionStatus
-from dbworker.sql import dialects, statements
+from dbworker.sql import dialects, statements, times
 from dbworker.sql.states import UNFINISHED, WORKING
 
 
@@ -49,7 +49,9 @@ def read_status(session: Session, table: sa.Table, source_id: Any) -> ExecutionS
 
 def read_state(session: Session, table: sa.Table, source_id: Any) -> dict[str, Any] | None:
     """The whole work record of ``source_id`` as a mapping, or None if it was never claimed."""
-    row = session.execute(sa.select(table).where(table.c.source_id == source_id)).mappings().one_or_none()
+    # Times past what Python holds (stored by an earlier release, or by hand) read as times.LATEST.
+    columns = times.readable_columns(table, session.get_bind().dialect)
+    row = session.execute(sa.select(*columns).where(table.c.source_id == source_id)).mappings().one_or_none()
     if row is None:
         return None
     state = dict(row)

@@ -6,18 +6,34 @@ watcher, and each item its own loops saw end. Workers wait for others only where
 eligible queries say so (``dependencies``), so an independent worker's items end with no
 wake-up traffic at all. The router holds no connection; announcing to other coordinators
 is the listener's or the change feed's job (``announce``, given with the loops to ``attach``).
+
+Anyone allowed to connect to PostgreSQL may ``NOTIFY dbworker``: a payload's keys are
+checked against its table's key type (``keys.is_text_form``) before any loop is woken by
+them, so a key such as ``1e5`` for an integer key never reaches a claim's SQL. Malformed
+payloads (and those naming nothing registered here) are ignored, counted
+(``Observer.notification_ignored``) and logged at most once a minute.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
 
+from dbworker.observe import Observer
+from dbworker.sql import keys as key_texts
 from dbworker.sql import notify
 from dbworker.wakeups import dependencies
 from dbworker.workers import RegisteredWorker
+
+log = logging.getLogger("dbworker")
+IGNORED_LOG_SECONDS = 60.0  # ignored notifications are logged at most this often
+_SHOWN_CHARS = 120  # of an ignored payload, in the log line
 
 
 class Wakeable(Protocol):
@@ -36,9 +52,17 @@ class Router:
     (other pods start the others, and their items' ends are announced).
     """
 
-    def __init__(self, registered: Iterable[RegisteredWorker]) -> None:
+    def __init__(
+        self, registered: Iterable[RegisteredWorker], *, observer: Observer | None = None, dialect: Dialect | None = None
+    ) -> None:
         workers = list(registered)
         self._tables: dict[str, sa.Table] = {w.name: w.key.table for w in workers}
+        self._sources = list(dict.fromkeys(w.key.table for w in workers))  # each source table once
+        self._observer = observer
+        self._dialect = dialect  # keys are checked as this database writes them
+        self._ignored_lock = threading.Lock()
+        self._ignored_unlogged: dict[str, int] = {}  # by reason, since its last log line
+        self._ignored_logged_at: dict[str, float] = {}
         self._deps = dependencies.dependency_map(workers)  # worker -> the workers it waits for
         # Built once: read for every item that ends.
         self._waiters = dependencies.waiter_map(self._deps)
@@ -54,20 +78,70 @@ class Router:
         self._announce = announce
 
     def notified(self, payload: str) -> None:
-        """A notification from another session (see ``sql.notify`` for the payloads)."""
+        """A notification from another session (see ``sql.notify`` for the payloads); one that
+        is malformed or names nothing registered here is ignored (``_ignore``)."""
+        try:
+            if not self._route(payload):
+                self._ignore(payload, "foreign", "it names no table or worker registered here")
+        except notify.Malformed as exc:
+            self._ignore(payload, "malformed", str(exc))
+
+    def _route(self, payload: str) -> bool:
+        """Wake the loops ``payload`` concerns; False when it names nothing registered here."""
         if payload.startswith(notify.DONE + ":"):
             worker, _, ended_key = payload[len(notify.DONE) + 1 :].partition(" ")
-            self._wake_waiters(worker, key=ended_key or None)
-        elif payload.startswith(notify.AGAIN + ":"):  # an item claimable again
+            table = self._tables.get(worker)  # None: another application's (waiters of any worker wake)
+            named = self._checked(table, [ended_key]) if ended_key and table is not None else ()
+            self._wake_waiters(worker, key=named[0] if named else None)
+            return True
+        found = False
+        for table in self._sources:
+            if payload.startswith(notify.AGAIN + ":"):  # an item claimable again
+                changed, texts = notify.claimable_again(payload, table.name)
+            else:  # a source table changed (a row of it, if the payload names its key)
+                changed, texts = notify.source_change(payload, table.name)
+            if not changed:
+                continue
+            found = True
+            named = self._checked(table, texts)
             for loop in self._loops:
-                named, keys = notify.claimable_again(payload, loop.worker.key.table.name)
-                if named:
-                    loop.wake(*keys, again=True)
-        else:  # a source table changed (a row of it, if the payload names its key)
-            for loop in self._loops:
-                changed, keys = notify.source_change(payload, loop.worker.key.table.name)
-                if changed:
-                    loop.wake(*keys)
+                if loop.worker.key.table is table:
+                    loop.wake(*named, again=payload.startswith(notify.AGAIN + ":"))
+        return found
+
+    def _checked(self, table: sa.Table, texts: Sequence[str]) -> tuple[str, ...]:
+        """``texts`` if each is a key of ``table`` as written by this database; () when its key
+        type has no checked text form (the wake-up then names no row); else ``Malformed``."""
+        [column] = list(table.primary_key.columns)
+        for text in texts:
+            ok = key_texts.is_text_form(text, column, self._dialect)
+            if ok is None:
+                return ()
+            if not ok:
+                raise notify.Malformed(f"{text[:40]!r} is not a key of {table.name}")
+        return tuple(texts)
+
+    def _ignore(self, payload: str, reason: str, why: str) -> None:
+        """Count an ignored notification; log it unless one of its reason was logged in the
+        last minute: malformed ones as warnings, foreign ones (another application's, on a
+        shared database) at INFO."""
+        if self._observer is not None:
+            self._observer.notification_ignored(reason=reason)
+        now = time.monotonic()
+        with self._ignored_lock:
+            last = self._ignored_logged_at.get(reason)
+            if last is not None and now - last < IGNORED_LOG_SECONDS:
+                self._ignored_unlogged[reason] = self._ignored_unlogged.get(reason, 0) + 1
+                return
+            more = self._ignored_unlogged.pop(reason, 0)
+            self._ignored_logged_at[reason] = now
+        shown = payload[:_SHOWN_CHARS] + ("..." if len(payload) > _SHOWN_CHARS else "")
+        log.log(
+            logging.WARNING if reason == "malformed" else logging.INFO,
+            "dbworker: ignored a wake-up notification (%s: %s): %r%s; counted in "
+            "dbworker_notifications_ignored_total, logged at most once a minute",
+            reason, why, shown, f" (and {more} more since the last one logged)" if more else "",
+        )  # fmt: skip
 
     def due(self, worker: str) -> None:
         """A due time of ``worker`` came (the tick inserter): its loop claims now."""

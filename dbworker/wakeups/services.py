@@ -30,6 +30,7 @@ from sqlalchemy.engine import URL, Engine
 from sqlalchemy.pool import NullPool
 
 from dbworker import redact
+from dbworker.observe import Observer
 from dbworker.schedules import inserter
 from dbworker.sql import changes as sql_changes
 from dbworker.sql import dialects, notify, poolers, upgrade
@@ -88,6 +89,7 @@ def build(
     listen_url: URL | None,
     transaction_pooler: bool,
     secrets: tuple[str, ...],
+    observer: Observer | None = None,
 ) -> Wakeups:
     """The wake-ups of a coordinator running ``selected`` of its ``registered`` workers.
 
@@ -95,7 +97,7 @@ def build(
     the others, and their items' ends are announced. The change feed has read where the
     change table stands before this returns, so what the loops' first claims miss is in it.
     """
-    router = Router(registered)
+    router = Router(registered, observer=observer, dialect=engine.dialect)  # it counts what it ignores
     caps = dialects.capabilities(engine.dialect)
     listens = dialects.can_listen(engine.dialect) and (listen_url is not None or not transaction_pooler)
     if caps.notifies and transaction_pooler and not listens:

@@ -2,7 +2,8 @@
 
 Actions: ``finish``; ``fail``; ``sleep:S`` then finish; ``exit:N`` (os._exit); ``kill``
 (SIGKILL itself); ``unfinished:K`` (Unfinished until called K times); ``commit`` (calls
-session.commit); ``bad`` (returns a wrong value); ``wait`` (finishes once a ``go`` file exists);
+session.commit); ``sqlcommit`` (writes an ``outputs`` row of run 0, then runs a ``COMMIT``
+statement and goes on); ``bad`` (returns a wrong value); ``wait`` (finishes once a ``go`` file exists); ``flushwait`` (the same after flushing a write);
 ``dbwait`` (finishes once the item's ``release`` flag is set, read in fresh transactions);
 ``flaky:K`` (raises OSError until its K-th attempt); ``value`` (raises ValueError); ``killonce``
 (SIGKILLs itself on its first attempt); ``hang`` (ignores SIGTERM and never returns);
@@ -72,7 +73,7 @@ def _mark_started(session: Session, item_id: int) -> None:
 
 def handle(item: Item, session: Session) -> Outcome:
     action, _, arg = item.action.partition(":")
-    if action in ("sleep", "wait", "dbwait", "kill", "exit", "flaky", "killonce", "hang", "later", "value", "refused"):
+    if action in ("sleep", "wait", "flushwait", "dbwait", "kill", "exit", "flaky", "killonce", "hang", "later", "value", "refused"):
         _mark_started(session, item.id)
     item.runs += 1
     if action == "flaky" and _starts(session, item.id) < int(arg):
@@ -99,9 +100,15 @@ def handle(item: Item, session: Session) -> Outcome:
         os.kill(os.getpid(), signal.SIGKILL)
     elif action == "commit":
         session.commit()
+    elif action == "sqlcommit":  # commits behind dbworker's back, then carries on
+        session.add(Output(item_id=item.id, run=0, pid=os.getpid()))
+        session.flush()
+        session.execute(sa.text("COMMIT"))
     elif action == "bad":
         return "done"  # type: ignore[return-value]
-    elif action == "wait":
+    elif action in ("wait", "flushwait"):
+        if action == "flushwait":  # writes now (on SQLite: takes the only write lock) and runs on
+            session.flush()
         while not Path(arg).exists():
             time.sleep(0.02)
     elif action == "dbwait":

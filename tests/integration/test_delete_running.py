@@ -1,11 +1,10 @@
-"""A source row deleted while its handler runs: what holds today (the running-claim path is
-the engine's; issue 26 asks for an outcome of its own, which this test leaves open).
-
-Today, on every database: the application's DELETE goes through at once (nothing of the claim
-locks the source row or the work record against it) and takes the work record with it; the
-handler's commit then finds no claim, so its writes are rolled back and its result discarded
-with one warning (``dbworker worker items: lost the claim of item N before its commit``) and the outcome ``lost``;
-no loop logs a database error, and the item never comes back.
+"""A source row deleted while its handler runs, on every database: the application's DELETE
+goes through at once (nothing of the claim locks the source row or the work record against it)
+and takes the work record with it; the handler's commit then finds no claim and no source row,
+so its writes are rolled back and its result discarded with one line at INFO (``dbworker worker
+items: the source row of item N was deleted while its handler ran; result discarded``) and an
+outcome of its own, ``deleted``; no loop logs a database error or a warning, and the item never
+comes back.
 """
 
 from __future__ import annotations
@@ -60,12 +59,15 @@ def test_a_row_deleted_while_its_handler_runs_is_gone_for_good(app: App, tmp_pat
     wait_until(lambda: outcomes.seen, what="the handler's outcome")
     [next_item] = app.add("finish")  # the loop goes on, and may reuse the key on SQLite
     app.wait_status([next_item])
-    assert outcomes.seen == ["lost", "finished"]
+    wait_until(lambda: len(outcomes.seen) == 2, what="the next item's outcome (reported after its commit)")
+    assert outcomes.seen == ["deleted", "finished"]
     assert outcomes.db_errors == []
     assert [o.item_id for o in app.outputs()] == [next_item]  # the deleted row's run left nothing
     with Session(app.db.engine) as s:
         assert list(s.scalars(sa.select(c.workers["items"].table.c.source_id))) == [next_item]
-    dbworker_logs = [r for r in caplog.records if r.name == "dbworker" and r.levelno >= logging.WARNING]
-    assert [r.getMessage() for r in dbworker_logs] == [
-        f"dbworker worker items: lost the claim of item {item} before its commit; result discarded"
+    warnings = [r for r in caplog.records if r.name == "dbworker" and r.levelno >= logging.WARNING]
+    assert [r.getMessage() for r in warnings] == []
+    said = [r.getMessage() for r in caplog.records if r.name == "dbworker" and f"item {item} " in r.getMessage()]
+    assert said == [
+        f"dbworker worker items: the source row of item {item} was deleted while its handler ran; result discarded"
     ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from dbworker import ExecutionStatus, child, messages
+from dbworker import ExecutionStatus, Retry, child, messages
 from dbworker.sql import claims, dialects, tables
 from tests.apps import basic
 from tests.integration.conftest import App
@@ -72,6 +72,25 @@ def test_handler_commit_is_an_error(app: App) -> None:
     assert state is not None and state["execution_status"] is ExecutionStatus.FAILED
     assert "dbworker owns the commit" in state["error"]
     assert app.outputs(i) == []
+
+
+def test_a_handler_commit_statement_fails_the_item_and_says_what_is_kept(app: App) -> None:
+    # session.execute(text("COMMIT")) passes the commit guard: seen as the end of dbworker's
+    # transaction, the item fails (no retry), and the error says the writes before it stay.
+    c = app.coordinator(retry=Retry(max_attempts=3, delay=0))
+    [i, after] = app.add("sqlcommit", "finish")
+    c.start()
+    app.wait_status([i, after])
+    state = app.state(i)
+    assert state is not None and state["execution_status"] is ExecutionStatus.FAILED
+    assert state["attempts"] == 1
+    assert "ended dbworker's transaction itself ('COMMIT')" in state["error"]
+    assert "cannot be undone" in state["error"]
+    # Its first writes (runs += 1, the run-0 output) were committed by its own COMMIT and are
+    # kept; the output it wrote after it (run 1) is rolled back with the failure.
+    assert [o.run for o in app.outputs(i)] == [0]
+    assert app.item(i).runs == 1
+    assert app.status(after) is ExecutionStatus.FINISHED
 
 
 def test_returning_anything_else_is_an_error(app: App) -> None:

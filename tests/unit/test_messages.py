@@ -16,7 +16,7 @@ def test_messages_are_plain_tuples_that_cross_a_pipe() -> None:
 
 def test_outcome_names_are_the_metric_label_values() -> None:
     assert observe.OUTCOMES == (
-        "finished", "unfinished", "failed", "crashed", "lost", "aborted", "retried", "timed_out"
+        "finished", "unfinished", "failed", "crashed", "lost", "aborted", "retried", "timed_out", "deleted"
     )
     # What a handler reports maps onto what observers see, except "retry" (given back: lost).
     assert set(messages.REPORTED) - set(messages.OUTCOMES) == {messages.RETRY}

@@ -16,7 +16,9 @@ from tests.sql import samples
 def test_notification_payloads_name_the_table_and_maybe_the_row() -> None:
     assert notify.source_change('rows:items ["42", "a b,c"]', "items") == (True, ["42", "a b,c"])
     assert notify.source_change("rows:items_old [\"42\"]", "items") == (False, [])
-    assert notify.source_change("rows:items [oops", "items") == (True, [])  # unreadable: sweep
+    for unreadable in ("rows:items [oops", 'rows:items {"a": 1}', 'rows:items ["1", 2]'):
+        with pytest.raises(notify.Malformed):  # never sent by dbworker: ignored, counted
+            notify.source_change(unreadable, "items")
     assert notify.source_change("items 42", "items") == (False, [])  # no such payload
     assert notify.source_change("items", "items") == (True, [])  # too many rows to name
     assert notify.source_change("items_old 42", "items") == (False, [])
@@ -83,3 +85,29 @@ def test_a_batch_whose_announcement_failed_is_merged_into_the_next() -> None:
     pending = batch.take()
     assert pending == {"hash": {"1", "2", "3"}, "compare": None}
     assert notify.done_payloads(pending) == ["done:compare", "done:hash 1", "done:hash 2", "done:hash 3"]
+
+
+def test_a_wake_up_key_is_checked_against_the_key_columns_type() -> None:
+    from sqlalchemy.dialects import mysql, postgresql, sqlite
+
+    from dbworker.sql import keys
+
+    md = sa.MetaData()
+    ints = sa.Table("ints", md, sa.Column("id", sa.Integer, primary_key=True)).c.id
+    bigs = sa.Table("bigs", md, sa.Column("id", sa.BigInteger, primary_key=True)).c.id
+    uuids = sa.Table("uuids", md, sa.Column("id", sa.Uuid, primary_key=True)).c.id
+    texts = sa.Table("texts", md, sa.Column("id", sa.String(20), primary_key=True)).c.id
+    dates = sa.Table("dates", md, sa.Column("id", sa.Date, primary_key=True)).c.id
+    pg, my, lite = postgresql.dialect(), mysql.dialect(), sqlite.dialect()
+    assert keys.is_text_form("42", ints, pg) and keys.is_text_form("-7", ints, pg)
+    for bad in ("1e5", "4.0", " 1", "1_0", "+1", "٣", "", "2147483648"):
+        assert keys.is_text_form(bad, ints, pg) is False, bad
+    assert keys.is_text_form("2147483648", bigs, pg) and not keys.is_text_form(str(2**63), bigs, pg)
+    assert keys.is_text_form("2147483648", ints, lite)  # every SQLite integer is 64-bit
+    u = "0b7e7f6e-6c1a-4b53-9d6a-2f0e6f2a9c11"
+    assert keys.is_text_form(u, uuids, pg)
+    assert keys.is_text_form(u.upper(), uuids, pg) is False  # not as PostgreSQL writes it
+    assert keys.is_text_form(u.replace("-", ""), uuids, my)  # MySQL stores it as hex
+    assert keys.is_text_form("nope", uuids, pg) is False
+    assert keys.is_text_form("' OR 1=1 --", texts, pg)  # any text is a text key (bound, never spliced)
+    assert keys.is_text_form("2024-01-01", dates, pg) is None  # unchecked type: names no row

@@ -47,3 +47,33 @@ def test_a_failed_commit_rolls_back() -> None:
     with pytest.raises(RuntimeError, match="at commit"), transactions.committed(conn):
         pass
     assert conn.calls == ["commit", "rollback"]
+
+
+def test_the_end_watch_sees_a_statement_that_ends_the_watched_transaction_only(tmp_path: Any) -> None:
+    import sqlalchemy as sa
+
+    from dbworker.sql.transactions import EndWatch
+
+    engine = sa.create_engine(f"sqlite:///{tmp_path}/watch.db")  # two connections of their own
+    watch = EndWatch()
+    watch.attach(engine)
+    try:
+        with engine.connect() as conn, engine.connect() as other:
+            conn.exec_driver_sql("CREATE TABLE t (x INTEGER)")
+            conn.commit()
+            watch.start(conn)
+            conn.exec_driver_sql("INSERT INTO t VALUES (1)")
+            conn.exec_driver_sql("SELECT x FROM t").all()
+            assert watch.ended is None  # writes and reads keep the transaction
+            other.exec_driver_sql("SELECT 1").all()
+            other.commit()
+            assert watch.ended is None  # another connection's commit is not the handler's
+            conn.exec_driver_sql("COMMIT")
+            assert watch.stop() == "COMMIT"
+            conn.exec_driver_sql("INSERT INTO t VALUES (2)")
+            conn.exec_driver_sql("COMMIT")
+            assert watch.ended == "COMMIT" and not watch.watching  # stopped: nothing more seen
+            watch.start(conn)
+            assert watch.stop() is None
+    finally:
+        watch.detach(engine)
