@@ -28,7 +28,7 @@ from dbworker.loop import WorkerLoop
 from dbworker.observe import Observer, Observers
 from dbworker.retries import Retry
 from dbworker.schedules import policy, ticks
-from dbworker.sql import dialects, pauses, poolers, status, sweeps, tables, upgrade
+from dbworker.sql import dialects, history, pauses, poolers, status, sweeps, tables, upgrade
 from dbworker.sql.dialects import connect
 from dbworker.sql.due import Due, column_of
 from dbworker.workers import (
@@ -62,8 +62,12 @@ class Coordinator:
         max_poll_seconds: float = 10,
         listen_url: str | URL | None = None,
         transaction_pooler: bool = False,
+        history_attempts: int = settings.HISTORY_ATTEMPTS,
+        history_days: float = settings.HISTORY_DAYS,
     ) -> None:
-        """``transaction_pooler``: ``database_url`` and the session factory's engine reach
+        """``history_attempts``, ``history_days``: each item's attempt history keeps its newest
+        ``history_attempts`` attempts, none older than ``history_days`` (docs/history.md).
+        ``transaction_pooler``: ``database_url`` and the session factory's engine reach
         PostgreSQL through a transaction pooler (PgBouncer ``pool_mode = transaction``):
         no server-side prepared statements on any connection dbworker uses or builds, and no
         LISTEN except on ``listen_url``. ``listen_url``: a direct PostgreSQL URL for the
@@ -75,7 +79,9 @@ class Coordinator:
         self._url = settings.database_url(database_url)
         self._session_factory = session_factory
         self._engine_options = settings.engine_options(engine_options)
-        self._settings = settings.settings(lease_seconds, poll_seconds, max_poll_seconds)
+        kept, days = settings.check_history(history_attempts, history_days)
+        self._settings = dataclasses.replace(settings.settings(lease_seconds, poll_seconds, max_poll_seconds),
+                                             history_attempts=kept, history_days=days)  # fmt: skip
         self._secrets = redact.url_secrets(self._url)
         self._listen_url: URL | None = None
         self._transaction_pooler = False
@@ -138,11 +144,11 @@ class Coordinator:
                 self._listen_url if listen_url is None else listen_url,
             )
         s = self._settings
-        self._settings = settings.settings(
+        self._settings = dataclasses.replace(settings.settings(
             s.lease_seconds if lease_seconds is None else lease_seconds,
             s.poll_seconds if poll_seconds is None else poll_seconds,
             s.max_poll_seconds if max_poll_seconds is None else max_poll_seconds,
-        )
+        ), history_attempts=s.history_attempts, history_days=s.history_days)
 
     def set_concurrency(self, name: str, concurrency: int) -> None:
         """Override one worker's concurrency before ``start()``."""
@@ -249,6 +255,7 @@ class Coordinator:
         retry = check_retry(retry)
         timeout = check_timeout(timeout)
         table = tables.work_table(name, source)
+        history.history_table(table)  # beside it in the MetaData, so create_all() makes both
 
         def register(handler: F) -> F:
             check_handler(name, handler)
@@ -341,7 +348,8 @@ class Coordinator:
         (workers then poll: pick-up waits up to ``max_poll_seconds``).
         """
         scheduled = [ticks.TABLE] if any(w.schedule for w in self._registry.values()) else []
-        own = [*scheduled, *(w.table for w in self._registry.values()), pauses.TABLE, sweeps.TABLE]
+        work = [w.table for w in self._registry.values()]
+        own = [*scheduled, *work, *map(history.history_table, work), pauses.TABLE, sweeps.TABLE]
         changes = upgrade.ensure(self.engine, own)
         return changes + upgrade.wakeup_triggers(self.engine, self._sources(), install=wakeup_triggers)
 

@@ -17,6 +17,9 @@ from sqlalchemy.engine import URL, make_url
 from dbworker import bounds
 
 FIELDS = ("lease_seconds", "poll_seconds", "max_poll_seconds")
+# The attempt history (docs/history.md): the newest attempts kept per item, and for how long.
+HISTORY_ATTEMPTS = 20
+HISTORY_DAYS = 30.0
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,18 @@ class Settings:
     lease_seconds: float
     poll_seconds: float
     max_poll_seconds: float
+    history_attempts: int = HISTORY_ATTEMPTS
+    history_days: float = HISTORY_DAYS
+
+
+def check_history(attempts: object, days: object) -> tuple[int, float]:
+    """``history_attempts`` (a positive int) and ``history_days`` (positive); ``ValueError``
+    naming the field otherwise."""
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        raise ValueError(f"history_attempts must be a positive integer (attempts kept per item), got {attempts!r}")
+    if isinstance(days, bool) or not isinstance(days, int | float) or not days > 0:
+        raise ValueError(f"history_days must be a positive number of days (attempts kept this long), got {days!r}")
+    return attempts, float(days)
 
 
 def check_seconds(value: object, *, field: str) -> float:
