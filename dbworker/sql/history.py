@@ -6,7 +6,8 @@ the history is exactly the outcomes that committed. Rows are bounded twice, by t
 small batches (``prune``): an age (through the ``ended_at`` index) and a count per item
 (through the ``(source_id, id)`` index, only for items with attempts since the last pass).
 Deleting a source row deletes its history (``ON DELETE CASCADE``; on SQLite a delete trigger
-too, since its foreign keys act only where a connection turned them on).
+too, ``tables.cascade_trigger_ddl``, since its foreign keys act only where a connection
+turned them on).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from dbworker.sql import dialects
+from dbworker.sql import dialects, tables
 from dbworker.sql.states import clip
 from dbworker.sql.tables import CLAIMER_LENGTH, MICROSECONDS, STATUS_LENGTH
 
@@ -73,40 +74,8 @@ def history_table(work: sa.Table) -> sa.Table:
         sa.Index(f"ix_{name}_ended_at", "ended_at"),
         info={"dbworker_history_of": work.name},
     )
-    sa.event.listen(table, "after_create", _create_trigger)
-    sa.event.listen(table, "before_drop", _drop_trigger)
+    tables.cascade_on_sqlite(table)  # SQLite: an AFTER DELETE trigger on the source too
     return table
-
-
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def trigger_name(table: sa.Table) -> str:
-    """SQLite: the trigger on the source that deletes a deleted row's history."""
-    return f"dbworker_delete_{table.name}"
-
-
-def trigger_ddl(table: sa.Table) -> str:
-    """SQLite: ``CREATE TRIGGER`` deleting the history of each deleted source row (foreign
-    keys act only on connections that turned them on; this acts on every one)."""
-    key = next(iter(table.c.source_id.foreign_keys)).column
-    return (
-        f"CREATE TRIGGER IF NOT EXISTS {_quote(trigger_name(table))} "
-        f"AFTER DELETE ON {_quote(key.table.name)} FOR EACH ROW BEGIN "
-        f"DELETE FROM {_quote(table.name)} WHERE source_id = OLD.{_quote(key.name)}; END"
-    )
-
-
-def _create_trigger(table: sa.Table, conn: Connection, **_: Any) -> None:
-    if conn.dialect.name == "sqlite":
-        conn.exec_driver_sql(trigger_ddl(table))
-
-
-def _drop_trigger(table: sa.Table, conn: Connection, **_: Any) -> None:
-    # A trigger left behind would fail every later DELETE on the source ("no such table").
-    if conn.dialect.name == "sqlite":
-        conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {_quote(trigger_name(table))}")
 
 
 def utcnow() -> dt.datetime:

@@ -157,9 +157,15 @@ def work_table(worker: str, source: Any) -> sa.Table:
         sa.Index(not_before_index_name(worker), "not_before"),
         info={"dbworker_source": key.table},
     )
+    cascade_on_sqlite(table)
+    return table
+
+
+def cascade_on_sqlite(table: sa.Table) -> None:
+    """On SQLite, create (drop) with ``table`` the delete trigger of ``cascade_trigger_ddl``:
+    a work table, and a history table (``sql.history``) keyed the same way."""
     sa.event.listen(table, "after_create", _create_cascade_trigger)
     sa.event.listen(table, "before_drop", _drop_cascade_trigger)
-    return table
 
 
 def _create_cascade_trigger(table: sa.Table, conn: Connection, **_: Any) -> None:
