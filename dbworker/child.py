@@ -20,6 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import SingletonThreadPool, StaticPool
 
 from dbworker import logs, messages, progress, redact
 from dbworker.contract import ExecutionStatus, Finished, Handler, LostClaim, Unfinished
@@ -120,7 +121,13 @@ class Runner:
                       self._traceback, self._after)  # fmt: skip
 
     def _report(self, claim: items.Claim, fraction: float | None, note: str | None) -> None:
-        """``dbworker.report_progress()`` of the running handler: its own short transaction."""
+        """``dbworker.report_progress()`` of the running handler: its own short transaction.
+
+        Not on an engine whose pool hands out one shared connection (an in-memory SQLite
+        database under ``dbworker.testing``): committing it would commit the handler's work.
+        """
+        if isinstance(self.engine.pool, StaticPool | SingletonThreadPool):
+            return
         try:
             with self.engine.connect() as conn:
                 stored_progress.write(conn, self.table, claim.source_id, claim.token, fraction=fraction,

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import StaticPool
 
-from dbworker import ExecutionStatus, Retry, report_progress
+from dbworker import Coordinator, ExecutionStatus, Retry, report_progress, testing
 from dbworker.pod import cli
 from dbworker.sql import history, progress, tables
 from tests.apps import basic
@@ -230,3 +231,28 @@ def test_inspect_item_prints_the_history_and_progress(app: App, capsys: pytest.C
     assert [a["outcome"] for a in shown["item"]["history"]] == ["retried", "finished"]
     assert shown["item"]["progress"] is None
     assert cli.main(["inspect", "tests.apps.basic:inspected", "--item", str(i)]) == 2
+
+
+def test_drain_records_attempts_and_progress_in_the_calling_process(app: App) -> None:
+    c = app.coordinator()
+    [i] = app.add("progressfail")
+    assert testing.drain(c) == {"items": 1}
+    state = app.state(i)
+    assert state is not None and state["execution_status"] is ExecutionStatus.FAILED
+    assert state["progress"]["fraction"] == 0.25  # its own transaction: kept after the rollback
+    assert [a["outcome"] for a in state["history"]] == ["failed"]
+
+
+def test_drain_on_one_shared_connection_stores_no_progress_and_commits_nothing_early() -> None:
+    engine = sa.create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
+    c = Coordinator(sessionmaker(engine), database_url="sqlite://")
+    c.transactional_worker(name="items", source=basic.Item)(basic.handle)
+    basic.create_app_tables(engine)
+    c.create_worker_tables()
+    [i] = basic.add_items(engine, ["progressfail"])
+    assert testing.drain(c) == {"items": 1}
+    with Session(engine) as s:
+        state = c.workers["items"].state(s, i)
+        assert state is not None and state["execution_status"] is ExecutionStatus.FAILED
+        assert state["progress"] is None and [a["outcome"] for a in state["history"]] == ["failed"]
+        assert s.get(basic.Item, i).runs == 0  # type: ignore[union-attr]  # the handler's write rolled back
