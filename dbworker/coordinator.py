@@ -110,6 +110,16 @@ class Coordinator:
         return self._settings.max_poll_seconds
 
     @property
+    def history_attempts(self) -> int:
+        """The newest attempts kept per item in the attempt history (docs/history.md)."""
+        return self._settings.history_attempts
+
+    @property
+    def history_days(self) -> float:
+        """How many days an attempt is kept in the attempt history."""
+        return self._settings.history_days
+
+    @property
     def secrets(self) -> tuple[str, ...]:
         """What logs and errors must never show: the database URL's password (for ``logs.mask``)."""
         return self._secrets

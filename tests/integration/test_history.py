@@ -3,6 +3,7 @@ bounded, deleted with its source row; progress reported by a running handler."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import socket
@@ -13,7 +14,10 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
-from dbworker import Coordinator, ExecutionStatus, Retry, report_progress, testing
+from dbworker import Coordinator, ExecutionStatus, Retry, report_progress, settings, testing
+from dbworker.engine.context import Context
+from dbworker.engine.pruner import Pruner
+from dbworker.observe import Observer
 from dbworker.pod import cli
 from dbworker.sql import history, progress, tables
 from tests.apps import basic
@@ -121,12 +125,18 @@ def test_prune_keeps_the_newest_attempts_per_item_and_drops_old_ones(app: App) -
 
 
 def test_the_loop_prunes_with_the_coordinator_settings(app: App) -> None:
-    c = app.coordinator(history_attempts=2)
+    c = app.coordinator(history_attempts=2, history_days=7)
+    assert (c.history_attempts, c.history_days) == (2, 7.0)
     [i] = app.add("unfinished:5")
     c.start()
     app.wait_status([i], (ExecutionStatus.FINISHED,))
-    [loop] = c._loops  # one pass now
-    loop.pruner.run()
+    timing = settings.settings(c.lease_seconds, c.poll_seconds, c.max_poll_seconds)
+    ctx = Context(
+        worker=next(w for w in c.registrations() if w.name == "items"), engine=app.db.engine,
+        settings=dataclasses.replace(timing, history_attempts=c.history_attempts, history_days=c.history_days),
+        observer=Observer(),
+    )  # fmt: skip
+    assert Pruner(ctx).run() == 3  # one pass now, as each loop makes about once a minute
     assert [a["outcome"] for a in _history(app, i)] == ["unfinished", "finished"]
 
 
