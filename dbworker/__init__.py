@@ -14,6 +14,7 @@ from dbworker.contract import (
     now,
 )
 from dbworker.coordinator import Coordinator
+from dbworker.progress import report_progress
 from dbworker.retries import Retry
 from dbworker.sql.claims import Claim
 
@@ -31,4 +32,5 @@ __all__ = [
     "Unfinished",
     "__version__",
     "now",
+    "report_progress",
 ]

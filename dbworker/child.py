@@ -8,6 +8,7 @@ when it ends) and exits by itself when its coordinator dies.
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import signal
 import threading
@@ -19,12 +20,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import SingletonThreadPool, StaticPool
 
-from dbworker import logs, messages, redact
+from dbworker import logs, messages, progress, redact
 from dbworker.contract import ExecutionStatus, Finished, Handler, LostClaim, Unfinished
 from dbworker.messages import DELETED, FINISHED, LOST, RETRY, UNFINISHED, Outcome, Report
 from dbworker.retries import Retry
-from dbworker.sql import dialects, items, statements, tables, transactions
+from dbworker.sql import claimer, dialects, history, items, statements, tables, transactions
+from dbworker.sql import progress as stored_progress
 from dbworker.tuning import PARENT_CHECK_SECONDS
 
 EXIT_ORPHANED = 3  # the coordinator died; the work is left for another to take over
@@ -97,6 +100,9 @@ class Runner:
         self.engine = sa.create_engine(config.database_url, **config.engine_options) if engine is None else engine
         self.table = tables.work_table(config.worker, config.source)
         self.secrets = redact.url_secrets(config.database_url)
+        self.history = history.history_table(self.table)
+        self.claimed_by = claimer.identity(config.parent_pid)  # the pod process that claims
+        self._attempt = history.Attempt(self.history, None, self.claimed_by)
         self._complete = items.Completer(self.table)
         # Built once: session.get() redoes per call what a fresh session never needs
         # (identity-map lookup, a new statement and its cache key).
@@ -125,10 +131,30 @@ class Runner:
         self._last_exc: BaseException | None = None
         self._traceback: str | None = None
         self._after: float | None = None
-        outcome, error = self._execute(claim)
+        self._attempt = history.Attempt(self.history, history.utcnow(), self.claimed_by)
+        with progress.running(lambda fraction, note: self._report(claim, fraction, note)):
+            outcome, error = self._execute(claim)
         summary = redact.describe(self._last_exc, self.secrets) if self._last_exc is not None else ""
         return Report(claim.source_id, claim.token, outcome, time.perf_counter() - start, error, summary,
                       self._traceback, self._after)  # fmt: skip
+
+    def _report(self, claim: items.Claim, fraction: float | None, note: str | None) -> None:
+        """``dbworker.report_progress()`` of the running handler: its own short transaction.
+
+        Not on an engine whose pool hands out one shared connection (an in-memory SQLite
+        database under ``dbworker.testing``): committing it would commit the handler's work.
+        """
+        if isinstance(self.engine.pool, StaticPool | SingletonThreadPool):
+            return
+        try:
+            with self.engine.connect() as conn:
+                stored_progress.write(conn, self.table, claim.source_id, claim.token, fraction=fraction,
+                                      note=None if note is None else redact.redact(note, self.secrets))  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - a report lost is not the handler's failure
+            logging.getLogger("dbworker").warning(
+                "dbworker worker %s: progress of item %r not recorded: %s",
+                self.config.worker, claim.source_id, redact.describe(exc, self.secrets),
+            )
 
     def describe(self, exc: BaseException) -> tuple[str, str]:
         """The exception's text as the work record keeps it (``str(exc)``, else the class name)
@@ -201,6 +227,7 @@ class Runner:
                     _rollback(session)
                     self._last_exc = LostClaim(f"the claim of item {claim.source_id!r} is no longer ours")
                     return self._gone_or(claim, (LOST, None))
+                self._attempt.record(conn, claim.source_id, (FINISHED if isinstance(result, Finished) else UNFINISHED).value)
                 session.info[_MAY_COMMIT] = True
                 session.commit()
             except Exception as exc:
@@ -221,7 +248,8 @@ class Runner:
                 if attempt is None or attempt <= max_attempts:
                     return True
                 items.failed_attempt(conn, self.table, claim, error="handler process died on its last allowed "
-                                     f"attempt (attempt {attempt - 1} of {max_attempts}; its lease expired)")  # fmt: skip
+                                     f"attempt (attempt {attempt - 1} of {max_attempts}; its lease expired)",
+                                     attempt_record=history.Attempt(self.history, None, self.claimed_by))  # fmt: skip
         except Exception:  # noqa: BLE001 - the run itself meets and reports what fails
             return True
         return False
@@ -247,7 +275,7 @@ class Runner:
             with self.engine.connect() as conn:
                 outcome, self._after = items.failed_attempt(
                     conn, self.table, claim, error=error, traceback=self._traceback,
-                    retry=None if final else self.config.retry, exc=exc,
+                    retry=None if final else self.config.retry, exc=exc, attempt_record=self._attempt,
                 )  # fmt: skip
         except Exception:
             return RETRY, error

@@ -24,11 +24,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dbworker import backlog, redact, running, settings, startup
 from dbworker.contract import Eligible, ExecutionStatus
-from dbworker.loop import WorkerLoop
 from dbworker.observe import Observer, Observers
 from dbworker.retries import Retry
 from dbworker.schedules import policy, ticks
-from dbworker.sql import dialects, pauses, poolers, status, sweeps, tables, upgrade
+from dbworker.sql import dialects, history, pauses, poolers, status, sweeps, tables, upgrade
 from dbworker.sql.dialects import connect
 from dbworker.sql.due import Due, column_of
 from dbworker.workers import (
@@ -62,8 +61,12 @@ class Coordinator:
         max_poll_seconds: float = 10,
         listen_url: str | URL | None = None,
         transaction_pooler: bool = False,
+        history_attempts: int = settings.HISTORY_ATTEMPTS,
+        history_days: float = settings.HISTORY_DAYS,
     ) -> None:
-        """``transaction_pooler``: ``database_url`` and the session factory's engine reach
+        """``history_attempts``, ``history_days``: each item's attempt history keeps its newest
+        ``history_attempts`` attempts, none older than ``history_days`` (docs/history.md).
+        ``transaction_pooler``: ``database_url`` and the session factory's engine reach
         PostgreSQL through a transaction pooler (PgBouncer ``pool_mode = transaction``):
         no server-side prepared statements on any connection dbworker uses or builds, and no
         LISTEN except on ``listen_url``. ``listen_url``: a direct PostgreSQL URL for the
@@ -75,7 +78,8 @@ class Coordinator:
         self._url = settings.database_url(database_url)
         self._session_factory = session_factory
         self._engine_options = settings.engine_options(engine_options)
-        self._settings = settings.settings(lease_seconds, poll_seconds, max_poll_seconds)
+        self._settings = settings.settings(lease_seconds, poll_seconds, max_poll_seconds,
+                                           history_attempts=history_attempts, history_days=history_days)
         self._secrets = redact.url_secrets(self._url)
         self._listen_url: URL | None = None
         self._transaction_pooler = False
@@ -104,6 +108,16 @@ class Coordinator:
         return self._settings.max_poll_seconds
 
     @property
+    def history_attempts(self) -> int:
+        """The newest attempts kept per item in the attempt history (docs/history.md)."""
+        return self._settings.history_attempts
+
+    @property
+    def history_days(self) -> float:
+        """How many days an attempt is kept in the attempt history."""
+        return self._settings.history_days
+
+    @property
     def secrets(self) -> tuple[str, ...]:
         """What logs and errors must never show: the database URL's password (for ``logs.mask``)."""
         return self._secrets
@@ -116,10 +130,7 @@ class Coordinator:
     @property
     def dialect_name(self) -> str:
         """"sqlite", "postgresql", "mysql" or "mariadb" (the last two told apart once connected)."""
-        if self._engine is not None and self._engine.dialect.server_version_info is not None:
-            return dialects.capabilities(self._engine.dialect).name
-        name = self._url.get_backend_name()
-        return "mariadb" if self._url.drivername.startswith("mariadb") else name
+        return dialects.name_of(self._url, None if self._engine is None else self._engine.dialect)
 
     def configure(
         self,
@@ -142,6 +153,7 @@ class Coordinator:
             s.lease_seconds if lease_seconds is None else lease_seconds,
             s.poll_seconds if poll_seconds is None else poll_seconds,
             s.max_poll_seconds if max_poll_seconds is None else max_poll_seconds,
+            history_attempts=s.history_attempts, history_days=s.history_days,
         )
 
     def set_concurrency(self, name: str, concurrency: int) -> None:
@@ -231,24 +243,16 @@ class Coordinator:
                                  retention=retention)  # fmt: skip
         return self._register(name, ticks.Tick, ticks.Ticks(name), concurrency, retry, timeout, schedule=timing)
 
-    def _register(
-        self,
-        name: str,
-        source: Any,
-        eligible: Eligible | None,
-        concurrency: int,
-        retry: Retry | None,
-        timeout: float | None,
-        *,
-        due: Due | None = None,
-        schedule: policy.Schedule | None = None,
-    ) -> Callable[[F], F]:
+    def _register(self, name: str, source: Any, eligible: Eligible | None, concurrency: int,
+                  retry: Retry | None, timeout: float | None, *, due: Due | None = None,
+                  schedule: policy.Schedule | None = None) -> Callable[[F], F]:  # fmt: skip
         """Check the arguments every kind of worker shares; return the decorator that registers."""
         key = tables.source_key(source)
         check_concurrency(concurrency)
         retry = check_retry(retry)
         timeout = check_timeout(timeout)
         table = tables.work_table(name, source)
+        history.history_table(table)  # beside it in the MetaData, so create_all() makes both
 
         def register(handler: F) -> F:
             check_handler(name, handler)
@@ -288,22 +292,14 @@ class Coordinator:
         """Every registered worker, frozen, in registration order."""
         return list(self._registry.values())
 
-    @property
-    def _loops(self) -> list[WorkerLoop]:
-        return [] if self._run is None else self._run.loops
-
     def handler_pids(self) -> list[int]:
         """Process ids of the handler processes of the running loops (for diagnostics and tests)."""
-        return [pid for loop in self._loops for pid in loop.pool.pids()]
+        return [] if self._run is None else self._run.handler_pids()
 
     def dead_threads(self) -> list[str]:
         """The loops and lease keeper that are no longer running while this coordinator runs
         (whatever ended them), by name, for ``/healthz``; empty before start and after stop."""
-        if not self._started or self._stopped:
-            return []
-        threads = [(f"loop of worker {loop.worker.name!r}", loop.thread) for loop in self._loops]
-        threads += [("lease keeper", self._run.keeper.thread)] if self._run is not None else []
-        return [name for name, t in threads if t.ident is not None and not t.is_alive()]  # started, ended
+        return [] if self._run is None or self._stopped else self._run.dead_threads()
 
     def wake(self, worker: str | None = None) -> None:
         """Have ``worker``'s loop (every loop: None) claim now instead of at its next poll."""
@@ -341,7 +337,8 @@ class Coordinator:
         (workers then poll: pick-up waits up to ``max_poll_seconds``).
         """
         scheduled = [ticks.TABLE] if any(w.schedule for w in self._registry.values()) else []
-        own = [*scheduled, *(w.table for w in self._registry.values()), pauses.TABLE, sweeps.TABLE]
+        work = [w.table for w in self._registry.values()]
+        own = [*scheduled, *work, *map(history.history_table, work), pauses.TABLE, sweeps.TABLE]
         changes = upgrade.ensure(self.engine, own)
         return changes + upgrade.wakeup_triggers(self.engine, self._sources(), install=wakeup_triggers)
 

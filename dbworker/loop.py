@@ -23,6 +23,7 @@ from dbworker.backoff import Backoff
 from dbworker.engine.context import Context
 from dbworker.engine.fetch import Fetcher
 from dbworker.engine.picker import Picker
+from dbworker.engine.pruner import Pruner
 from dbworker.engine.recorder import Recorder
 from dbworker.engine.runner import Runner
 from dbworker.messages import Outcome
@@ -114,6 +115,7 @@ class WorkerLoop:
         self.fetcher = Fetcher(self._ctx, self.picker, hand_out=self.runner.enqueue, claim_soon=self._request_claim)
         self.recorder = Recorder(self._ctx, self.picker, self.runner, on_item_done=on_item_done,
                                  stopping=self._stopping)  # fmt: skip
+        self.pruner = Pruner(self._ctx)
         self.thread = threading.Thread(target=self._run, name=f"dbworker-{worker.name}", daemon=True)
 
     # --- control, from any thread ------------------------------------------------------
@@ -209,6 +211,7 @@ class WorkerLoop:
             if not stopping:
                 if picker.lookup_due(now):
                     self._look_up()
+                self.pruner.maybe(now)
                 timeout = min(timeout, max(0.0, picker.lookup_at - now))
             due = picker.take_due(now)
             if due is not None and can_claim:  # wake when the next waiting item is due

@@ -14,7 +14,7 @@ from dbworker import messages
 # Execution outcomes as reported to observers (and used as metric label values).
 OUTCOMES = messages.OUTCOMES
 # Database operations whose errors are reported.
-OPERATIONS = ("claim", "renew", "complete", "backlog")
+OPERATIONS = ("claim", "renew", "complete", "backlog", "prune")
 # Lease renewal results.
 RENEWAL_RESULTS = ("renewed", "lost", "error")
 # Why a wake-up notification was ignored (see wakeups.router).

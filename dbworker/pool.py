@@ -76,6 +76,7 @@ class Died:
     ended: Outcome | None  # set when the pool ended it on purpose
     before_ready: bool
     pending: Claim | None = None  # handed over behind ``claim``, never started
+    since: float | None = None  # when ``claim`` started (monotonic), for its history
 
 
 Event = Done | Skipped | Died
@@ -298,7 +299,7 @@ class Pool:
         slot.process.join(timeout=5)
         with self._lock:
             before_ready = slot.state is State.STARTING
-            died = Died(slot.claim, slot.process.exitcode, slot.ended, before_ready, slot.pending)
+            died = Died(slot.claim, slot.process.exitcode, slot.ended, before_ready, slot.pending, slot.since)
             slot.state, slot.claim, slot.pending = State.DEAD, None, None
             slot.respawn_at = time.monotonic() + (self._respawn[slot.index].next() if before_ready else 0.0)
         slot.conn.close()

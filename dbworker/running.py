@@ -79,6 +79,15 @@ class Running:
         self.keeper.start()
         self.wakeups.start()
 
+    def handler_pids(self) -> list[int]:
+        return [pid for loop in self.loops for pid in loop.pool.pids()]
+
+    def dead_threads(self) -> list[str]:
+        """The loops and the lease keeper that started and have ended, by name."""
+        threads = [(f"loop of worker {loop.worker.name!r}", loop.thread) for loop in self.loops]
+        threads.append(("lease keeper", self.keeper.thread))
+        return [name for name, t in threads if t.ident is not None and not t.is_alive()]
+
     def wake(self, worker: str | None) -> None:
         """Have ``worker``'s loop (every loop: None) claim now."""
         for loop in self.loops:

@@ -17,6 +17,9 @@ from sqlalchemy.engine import URL, make_url
 from dbworker import bounds
 
 FIELDS = ("lease_seconds", "poll_seconds", "max_poll_seconds")
+# The attempt history (docs/history.md): the newest attempts kept per item, and for how long.
+HISTORY_ATTEMPTS = 20
+HISTORY_DAYS = 30.0
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,19 @@ class Settings:
     lease_seconds: float
     poll_seconds: float
     max_poll_seconds: float
+    history_attempts: int = HISTORY_ATTEMPTS
+    history_days: float = HISTORY_DAYS
+
+
+def check_history(attempts: object, days: object) -> tuple[int, float]:
+    """``history_attempts`` (a positive int) and ``history_days`` (positive); ``ValueError``
+    naming the field otherwise."""
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        raise ValueError(f"history_attempts must be a positive integer (attempts kept per item), got {attempts!r}")
+    if isinstance(days, bool) or not isinstance(days, int | float) or not days > 0:
+        raise ValueError(f"history_days must be a positive number of days (attempts kept this long), got {days!r}")
+    bounds.check(days * 86400.0, bounds.WAIT, field="history_days (in seconds)")
+    return attempts, float(days)
 
 
 def check_seconds(value: object, *, field: str) -> float:
@@ -46,13 +62,17 @@ def check_order(poll_seconds: float, max_poll_seconds: float, *, poll_field: str
 
 
 def settings(lease_seconds: object, poll_seconds: object, max_poll_seconds: object, *,
-             fields: Mapping[str, str] | None = None) -> Settings:  # fmt: skip
+             fields: Mapping[str, str] | None = None, history_attempts: object = HISTORY_ATTEMPTS,
+             history_days: object = HISTORY_DAYS) -> Settings:  # fmt: skip
     """Validated settings; ``fields`` renames fields in messages (e.g. to a flag's name)."""
     names = {name: (fields or {}).get(name, name) for name in FIELDS}
+    kept, days = check_history(history_attempts, history_days)
     built = Settings(
         lease_seconds=check_seconds(lease_seconds, field=names["lease_seconds"]),
         poll_seconds=check_seconds(poll_seconds, field=names["poll_seconds"]),
         max_poll_seconds=check_seconds(max_poll_seconds, field=names["max_poll_seconds"]),
+        history_attempts=kept,
+        history_days=days,
     )
     check_order(built.poll_seconds, built.max_poll_seconds, poll_field=names["poll_seconds"],
                 max_field=names["max_poll_seconds"])  # fmt: skip

@@ -19,7 +19,7 @@ from sqlalchemy.engine import URL, Engine
 
 from dbworker import logs, redact
 from dbworker.child import ChildConfig
-from dbworker.sql import dialects, pauses, poolers, upgrade
+from dbworker.sql import dialects, history, pauses, poolers, upgrade
 from dbworker.workers import RegisteredWorker
 
 log = logging.getLogger("dbworker")
@@ -80,11 +80,12 @@ def check_layout(engine: Engine, work_tables: list[sa.Table]) -> None:
     """``RuntimeError`` naming the fix when a work table has an older layout than this release's."""
     try:
         lacking = upgrade.lacking_columns(engine, work_tables)
+        absent = upgrade.missing(engine, [history.history_table(t) for t in work_tables])
     except Exception as exc:  # noqa: BLE001 - the loops report database errors as they go
         log.info("dbworker: could not check the work tables' layout: %s", redact.describe(exc))
         return
-    if lacking:
-        named = upgrade.describe_lacking(lacking)
+    if lacking or absent:
+        named = "; ".join(filter(None, [upgrade.describe_lacking(lacking), *(f"{t} does not exist" for t in absent)]))
         raise RuntimeError(
             f"work tables need an upgrade ({named}): run `dbworker migrate MODULE:ATTR` or "
             "coordinator.upgrade_worker_tables() (create_worker_tables() does it too) before start()"

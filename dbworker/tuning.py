@@ -145,3 +145,15 @@ RENEW_ERROR_FIRST_WAIT = 0.2
 # How often a handler process checks that its coordinator is alive: an orphan exits within
 # this much (its claim is then taken over elsewhere once the lease expires).
 PARENT_CHECK_SECONDS = 0.5
+
+# =========================================================================================
+# The attempt history (dbworker/sql/history.py, engine/pruner.py)
+# =========================================================================================
+
+# Each loop prunes its worker's history this often (with jitter), at most HISTORY_PRUNE_BATCH
+# rows per step: old attempts through the ended_at index, then the attempts beyond
+# history_attempts of items whose attempts ended since its last pass (plus a margin for
+# commits that were slow to land). A fleet of pods does the same work by turns, in small bites.
+HISTORY_PRUNE_SECONDS = 60.0
+HISTORY_PRUNE_BATCH = 500
+HISTORY_PRUNE_MARGIN_SECONDS = 30.0

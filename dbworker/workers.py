@@ -21,7 +21,7 @@ from dbworker.contract import Eligible, ExecutionStatus, Handler
 from dbworker.retries import Retry
 from dbworker.schedules import ticks
 from dbworker.schedules.policy import Schedule
-from dbworker.sql import items, names, pauses, status, tables, upgrade
+from dbworker.sql import items, names, pauses, progress, status, tables, upgrade
 from dbworker.sql.due import Due
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
@@ -127,8 +127,15 @@ class WorkerView:
         return self._w.table
 
     def state(self, session: Session, source_id: Any) -> dict[str, Any] | None:
-        """The item's record: ``execution_status``, ``error``, ``lease_expires_at`` (and more), or None."""
+        """The item's record: ``execution_status``, ``error``, ``lease_expires_at`` (and more),
+        ``progress`` (the latest report or None) and ``history`` (the kept attempts, oldest
+        first; docs/history.md), or None."""
         return status.read_state(session, self._w.table, source_id)
+
+    def progress(self, engine: sa.Engine) -> tuple[int, float | None]:
+        """Items WORKING now that reported a fraction done, and their mean fraction (None if none)."""
+        with Session(engine) as session:
+            return progress.summary(session, self._w.table)
 
     def reset_failed(self, session: Session, source_id: Any) -> bool:
         """Set a FAILED item back to UNFINISHED with error and claim cleared; True if it was FAILED."""

@@ -183,7 +183,8 @@ def item(coordinator: dbworker.Coordinator, worker: str, source_id: Any) -> dict
     if state is not None:
         raw = dict(state)
         raw["execution_status"] = raw["execution_status"].value
-        record = item_row(raw, now) | {"traceback": state.get("traceback")}
+        record = item_row(raw, now) | {"traceback": state.get("traceback"), "progress": _progress(state.get("progress")),
+                                        "history": [_attempt(a) for a in state.get("history") or []]}  # fmt: skip
     return {"id": source_id, "worker": worker, "state": record, "source": columns}
 
 
@@ -227,6 +228,28 @@ def counts(coordinator: dbworker.Coordinator, worker: str) -> dict[str, int]:
 def paused(coordinator: dbworker.Coordinator, worker: str) -> bool:
     with orm.Session(coordinator.engine) as session:
         return coordinator.workers[worker].paused(session)
+
+
+def _progress(report: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The latest progress report as pages and the API show it (``at`` as ISO text)."""
+    if report is None:
+        return None
+    return {"fraction": report["fraction"], "note": report["note"], "at": _iso(_as_datetime(report["at"]))}
+
+
+def _attempt(attempt: dict[str, Any]) -> dict[str, Any]:
+    """One attempt of the history as pages and the API show it: times as ISO text, pod and pid."""
+    pod, pid = claimer.split(attempt.get("claimed_by"))
+    return {
+        "started_at": _iso(_as_datetime(attempt["started_at"])),
+        "ended_at": _iso(_as_datetime(attempt["ended_at"])),
+        "outcome": attempt["outcome"],
+        "error": attempt["error"],
+        "traceback": attempt["traceback"],
+        "claimed_by": attempt["claimed_by"],
+        "pod": pod,
+        "pid": pid,
+    }
 
 
 def _as_datetime(value: Any) -> dt.datetime | None:

@@ -9,8 +9,10 @@ claimed when due, and tell other loops (and pods) that an item ended.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +22,7 @@ from dbworker.engine.picker import Picker
 from dbworker.engine.runner import Runner
 from dbworker.messages import Outcome
 from dbworker.pool import Died, Done, Skipped, describe_exit
-from dbworker.sql import items, notify
+from dbworker.sql import claimer, history, items, notify
 from dbworker.sql.dialects import connect
 
 log = logging.getLogger("dbworker")
@@ -110,22 +112,25 @@ class Recorder:
                 error, final = f"handler timed out after {self._ctx.worker.timeout:g} s", Outcome.TIMED_OUT
             else:
                 error, final = f"handler process died: {describe_exit(ev.exitcode)}", Outcome.CRASHED
-            outcome = self._attempt_failed(ev.claim, error, final)
+            outcome = self._attempt_failed(ev.claim, error, final, since=ev.since)
             self._ctx.observer.executed(name, outcome=outcome, seconds=None)
         self._active()
 
     def _active(self) -> None:
         self._ctx.observer.active(self._ctx.worker.name, running=self._runner.running())
 
-    def _attempt_failed(self, claim: items.Claim, error: str, final: Outcome) -> Outcome:
+    def _attempt_failed(self, claim: items.Claim, error: str, final: Outcome, *, since: float | None) -> Outcome:
         """Record an attempt whose process ended with the item (died, timed out): retried if
         the worker's Retry allows, else failed. Returns ``Outcome.RETRIED``, ``final`` (crashed,
         timed_out) or ``LOST``; ``final`` too when the database could not be reached.
         """
         w = self._ctx.worker
+        started = None if since is None else history.utcnow() - dt.timedelta(seconds=time.monotonic() - since)
+        record = history.Attempt(history.history_table(w.table), started, claimer.identity())
         try:
             with connect(self._ctx.engine) as conn:
-                outcome, after = items.failed_attempt(conn, w.table, claim, error=error, retry=w.retry, final=final)
+                outcome, after = items.failed_attempt(conn, w.table, claim, error=error, retry=w.retry, final=final,
+                                                      attempt_record=record)  # fmt: skip
         except Exception as exc:
             self._ctx.db_error("complete", exc)
             return final

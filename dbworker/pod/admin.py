@@ -18,6 +18,7 @@ from sqlalchemy import orm
 import dbworker
 from dbworker import redact
 from dbworker.pod import app, termination
+from dbworker.pod import item as item_command
 from dbworker.pod import options as opts
 from dbworker.workers import WorkerView
 
@@ -55,6 +56,8 @@ def inspect(options: opts.Options, coordinator: dbworker.Coordinator) -> int:
     workers = app.select_workers(coordinator, options)
     app.ping(coordinator)
     app.require_tables(coordinator, workers, options)
+    if options["item"] is not None:
+        return item_command.show(options, coordinator)
     try:
         report = inspect_report(coordinator, workers, failed=options["failed"])
     except termination.CommandError:

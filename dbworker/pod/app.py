@@ -20,7 +20,7 @@ import dbworker
 from dbworker import settings
 from dbworker.pod import options as opts
 from dbworker.pod import termination
-from dbworker.sql import keys, pauses, upgrade
+from dbworker.sql import history, keys, pauses, upgrade
 
 
 def load_app(spec: str) -> dbworker.Coordinator:
@@ -170,7 +170,7 @@ def require_tables(
     """
     tables = [coordinator.workers[name].table for name in workers]
     try:
-        missing = upgrade.missing(coordinator.engine, [*tables, pauses.TABLE])
+        missing = upgrade.missing(coordinator.engine, [*tables, *map(history.history_table, tables), pauses.TABLE])
         lacking = upgrade.lacking_columns(coordinator.engine, tables)
     except Exception as exc:
         raise termination.CommandError(

@@ -105,13 +105,26 @@ class WorkerMetrics(observe.Observer):
         )
         self.db_errors = Counter(
             "dbworker_db_errors",
-            "Failed database operations: claim, renew, complete, backlog.",
+            "Failed database operations: claim, renew, complete, backlog, prune.",
             ["worker", "operation"],
             registry=registry,
         )
         self.backlog = Gauge(
             "dbworker_backlog",
             "Items claimable now (sampled; counting stops at a cap).",
+            ["worker"],
+            registry=registry,
+        )
+        self.progress_items = Gauge(
+            "dbworker_progress_items",
+            "Items running now whose handler reported a fraction done (dbworker.report_progress; "
+            "sampled with the backlog, fleet-wide).",
+            ["worker"],
+            registry=registry,
+        )
+        self.progress_fraction = Gauge(
+            "dbworker_progress_mean_fraction",
+            "Mean fraction done (0 to 1) of the items counted by dbworker_progress_items (0 when none).",
             ["worker"],
             registry=registry,
         )
@@ -168,6 +181,8 @@ class WorkerMetrics(observe.Observer):
                     self.handlers_active.labels(worker)
                     self.handler_slots.labels(worker)
                     self.backlog.labels(worker)
+                    self.progress_items.labels(worker)
+                    self.progress_fraction.labels(worker)
                     self.heartbeat_timestamp.labels(worker)
                     self.paused_gauge.labels(worker)
                     for outcome in observe.OUTCOMES:
@@ -227,7 +242,8 @@ class WorkerMetrics(observe.Observer):
 
 
 class BacklogSampler:
-    """A daemon thread setting ``dbworker_backlog`` from ``backlog(worker, cap=...)``.
+    """A daemon thread setting ``dbworker_backlog`` from ``backlog(worker, cap=...)``, and
+    the progress gauges from ``progress(worker)`` (count, mean fraction or None) if given.
 
     ``backlog`` is the coordinator's method; a failing call counts as a ``backlog`` database
     error and leaves the last value in place. ``interval <= 0`` means never sample.
@@ -241,8 +257,10 @@ class BacklogSampler:
         *,
         interval: float,
         cap: int = DEFAULT_BACKLOG_CAP,
+        progress: Callable[[str], tuple[int, float | None]] | None = None,
     ) -> None:
         self._backlog = backlog
+        self._progress = progress
         self._metrics = metrics
         self._workers = list(workers)
         self._interval = interval
@@ -262,6 +280,15 @@ class BacklogSampler:
                 log.warning("backlog of worker %r failed: %s", worker, redact.redact(str(exc)))
             else:
                 self._metrics.backlog.labels(worker).set(value)
+            if self._progress is not None:
+                try:
+                    count, mean = self._progress(worker)
+                except Exception as exc:  # counted and logged; the pod goes on
+                    self._metrics.db_error(worker, operation="backlog", error=exc)
+                    log.warning("progress of worker %r failed: %s", worker, redact.redact(str(exc)))
+                else:
+                    self._metrics.progress_items.labels(worker).set(count)
+                    self._metrics.progress_fraction.labels(worker).set(mean or 0.0)
 
     def start(self) -> None:
         if self._interval <= 0 or self._thread is not None:

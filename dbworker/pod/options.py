@@ -62,6 +62,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("--notify-triggers", "bool", "install the wake-up triggers (the default; kept for scripts written for 0.1)", ("migrate",), default=False),
     Option("--failed", "bool", "also list failed items with their errors", ("inspect",), default=False),
     Option("--json", "bool", "print JSON instead of a table", ("inspect",), default=False),
+    Option("--item", "str", "show one item of the one --worker: its state, progress and attempt history", ("inspect",), metavar="ID"),
     Option("--all-failed", "bool", "reset every failed item of the worker", ("retry",), default=False),
     Option("--port", "int", "port the console listens on", ("console",), default=8080, minimum=1, metavar="PORT"),
     Option("--host", "str", "address the console listens on; without a token only a loopback address is allowed", ("console",), default="127.0.0.1", metavar="HOST"),
@@ -210,6 +211,8 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> Options:
             )
         if not ids:
             raise termination.CommandError("nothing to cancel: give the item IDs, e.g. `dbworker cancel app:c --worker w 7`")
+    if command == "inspect" and values.get("item") is not None and len(values.get("worker") or []) != 1:
+        raise termination.CommandError("inspect --item needs exactly one --worker NAME (the worker of the item)")
     if command in ("pause", "resume") and len(values.get("worker") or []) != 1:
         raise termination.CommandError(f"{command} needs exactly one --worker NAME (the worker to {command})")
     if command == "console":

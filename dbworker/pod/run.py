@@ -92,8 +92,9 @@ def command(
             coordinator.lease_seconds, coordinator.poll_seconds, coordinator.max_poll_seconds, bound,
         )  # fmt: skip
         sampler = metrics.BacklogSampler(
-            coordinator.backlog, worker_metrics, workers, interval=options["backlog_seconds"]
-        )
+            coordinator.backlog, worker_metrics, workers, interval=options["backlog_seconds"],
+            progress=lambda name: coordinator.workers[name].progress(coordinator.engine),
+        )  # fmt: skip
         sampler.start()
         shutdown.wait()
         end_leftover_processes()

@@ -18,10 +18,11 @@ def _host() -> str:
     return socket.gethostname() or "unknown"
 
 
-def identity() -> str:
-    """``host:pid`` of this process, cut to fit the column (the pid is always kept)."""
-    pid = str(os.getpid())
-    return f"{_host()[: CLAIMER_LENGTH - len(pid) - 1]}:{pid}"
+def identity(pid: int | None = None) -> str:
+    """``host:pid`` of this process (or of process ``pid`` on this host), cut to fit the
+    column (the pid is always kept)."""
+    pid_text = str(os.getpid() if pid is None else pid)
+    return f"{_host()[: CLAIMER_LENGTH - len(pid_text) - 1]}:{pid_text}"
 
 
 def split(claimed_by: str | None) -> tuple[str | None, int | None]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
-from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.engine import URL, Connection, Dialect, Engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
@@ -253,3 +253,11 @@ def sqlite_data_version(driver_conn: Any) -> Any:
     It changes whenever another connection committed to the file since this one last read it.
     """
     return driver_conn.execute("PRAGMA data_version").fetchone()[0]
+
+
+def name_of(url: URL, dialect: Dialect | None) -> str:
+    """"sqlite", "postgresql", "mysql" or "mariadb" for ``url`` (MySQL and MariaDB told apart
+    by the connected ``dialect`` once it has met the server, else by the URL's driver name)."""
+    if dialect is not None and dialect.server_version_info is not None:
+        return capabilities(dialect).name
+    return "mariadb" if url.drivername.startswith("mariadb") else url.get_backend_name()

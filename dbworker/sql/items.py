@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from dbworker import retries
 from dbworker.contract import ExecutionStatus
 from dbworker.messages import Outcome
-from dbworker.sql import dialects, notify, statements, transactions
+from dbworker.sql import dialects, history, notify, statements, transactions
 from dbworker.sql.states import CANCELLED, DONE, FAILED, UNFINISHED, WORKING, clip, fence
 
 NEW = "[*]"  # no work record yet: never claimed
@@ -222,12 +222,14 @@ def failed_attempt(
     exc: BaseException | None = None,
     attempt: int | None = None,
     final: Outcome = Outcome.FAILED,
+    attempt_record: history.Attempt | None = None,
 ) -> tuple[Outcome, float | None]:
     """An attempt of ``claim`` failed: ``wait_for_retry`` when the worker's ``retry`` allows
     another (``Outcome.RETRIED`` and the delay in seconds), else ``fail`` (``final``: what
     the failure is called, failed, crashed or timed_out), or ``Outcome.LOST`` when the claim
     is no longer current. ``exc``: the handler's exception (None: its process died or timed
-    out); ``attempt``: its number when the caller knows it. Commits.
+    out); ``attempt``: its number when the caller knows it; ``attempt_record``: its history
+    row goes in with the outcome, in the same transaction. Commits.
     """
     with transactions.committed(conn):
         if retry is not None and attempt is None:
@@ -239,6 +241,13 @@ def failed_attempt(
             done = fail(conn, table, claim, error=error, traceback=traceback)
         else:
             done = wait_for_retry(conn, table, claim, wait, error=error, traceback=traceback)
+        if done and attempt_record is not None:
+            outcome = final if wait is None else Outcome.RETRIED
+            try:  # a source row gone (the failure may be that) has no history: the outcome stays
+                with conn.begin_nested():
+                    attempt_record.record(conn, claim.source_id, outcome.value, error=error, traceback=traceback)
+            except sa.exc.IntegrityError:
+                pass
     if not done:
         return Outcome.LOST, None
     return (final, None) if wait is None else (Outcome.RETRIED, wait)

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from dbworker.contract import ExecutionStatus
-from dbworker.sql import dialects, statements, times
+from dbworker.sql import dialects, history, progress, statements, times
 from dbworker.sql.states import UNFINISHED, WORKING
 
 
@@ -48,7 +48,9 @@ def read_status(session: Session, table: sa.Table, source_id: Any) -> ExecutionS
 
 
 def read_state(session: Session, table: sa.Table, source_id: Any) -> dict[str, Any] | None:
-    """The whole work record of ``source_id`` as a mapping, or None if it was never claimed."""
+    """The whole work record of ``source_id`` as a mapping, or None if it was never claimed;
+    with ``progress`` (the latest report: ``fraction``, ``note``, ``at``, or None) and
+    ``history`` (its kept attempts, oldest first: ``sql.history.read``)."""
     # Times past what Python holds (stored by an earlier release, or by hand) read as times.LATEST.
     columns = times.readable_columns(table, session.get_bind().dialect)
     row = session.execute(sa.select(*columns).where(table.c.source_id == source_id)).mappings().one_or_none()
@@ -56,6 +58,8 @@ def read_state(session: Session, table: sa.Table, source_id: Any) -> dict[str, A
         return None
     state = dict(row)
     state["execution_status"] = ExecutionStatus(state["execution_status"])
+    state["progress"] = progress.take(state)
+    state["history"] = history.read(session, history.history_table(table), source_id)
     return state
 
 

@@ -107,7 +107,9 @@ def not_before_index_name(worker: str) -> str:
 
 # Columns added after 0.0.1, in the order the upgrade adds them (each with a server default
 # or nullable, so existing rows stay valid and 0.0.1 code that never writes them still works).
-ADDED_COLUMNS = ("attempts", "not_before", "traceback", "claimed_by", "ended_at")
+ADDED_COLUMNS = ("attempts", "not_before", "traceback", "claimed_by", "ended_at",
+                 "progress_fraction", "progress_note", "progress_at")
+PROGRESS_NOTE_CHARS = 200  # dbworker.report_progress(note=...) is cut to this
 
 
 def work_table(worker: str, source: Any) -> sa.Table:
@@ -147,13 +149,23 @@ def work_table(worker: str, source: Any) -> sa.Table:
         sa.Column("claimed_by", sa.String(CLAIMER_LENGTH), nullable=True),
         # When the item last became FINISHED or FAILED (naive UTC, the server's clock).
         sa.Column("ended_at", sa.DateTime(), nullable=True),
+        # The latest dbworker.report_progress() of the item's handler (sql/progress.py).
+        sa.Column("progress_fraction", sa.Float(), nullable=True),
+        sa.Column("progress_note", sa.String(PROGRESS_NOTE_CHARS), nullable=True),
+        sa.Column("progress_at", MICROSECONDS, nullable=True),
         sa.Index(status_index_name(worker), "execution_status"),
         sa.Index(not_before_index_name(worker), "not_before"),
         info={"dbworker_source": key.table},
     )
+    cascade_on_sqlite(table)
+    return table
+
+
+def cascade_on_sqlite(table: sa.Table) -> None:
+    """On SQLite, create (drop) with ``table`` the delete trigger of ``cascade_trigger_ddl``:
+    a work table, and a history table (``sql.history``) keyed the same way."""
     sa.event.listen(table, "after_create", _create_cascade_trigger)
     sa.event.listen(table, "before_drop", _drop_cascade_trigger)
-    return table
 
 
 def _create_cascade_trigger(table: sa.Table, conn: Connection, **_: Any) -> None:

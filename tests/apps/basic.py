@@ -8,7 +8,8 @@ statement and goes on); ``bad`` (returns a wrong value); ``wait`` (finishes once
 ``flaky:K`` (raises OSError until its K-th attempt); ``value`` (raises ValueError); ``killonce``
 (SIGKILLs itself on its first attempt); ``hang`` (ignores SIGTERM and never returns);
 ``later:S`` (``Unfinished(after=S)`` on its first run, then finishes); ``refused`` (raises
-ConnectionRefusedError, as an HTTP client would). Attempts are counted
+ConnectionRefusedError, as an HTTP client would); ``progress`` (reports 0.5 "half way", then
+waits like ``dbwait``); ``progressfail`` (reports 0.25 "quarter", then raises). Attempts are counted
 by ``started`` rows, which survive the rollback of a failed attempt.
 Every run that commits writes one ``outputs`` row whose unique key is the item and the run
 number, so a second commit of the same run would violate the constraint.
@@ -25,7 +26,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from dbworker import Coordinator, Finished, Outcome, Retry, Unfinished
+from dbworker import Coordinator, Finished, Outcome, Retry, Unfinished, report_progress
 from tests import pooler
 
 
@@ -90,6 +91,12 @@ def handle(item: Item, session: Session) -> Outcome:
             time.sleep(1)
     if action == "later" and item.runs == 1:
         return Unfinished(after=float(arg))
+    if action == "progressfail":
+        report_progress(0.25, "quarter")
+        raise RuntimeError(f"item {item.id} failed after reporting progress")
+    if action == "progress":
+        report_progress(fraction=0.5, note="half way")
+        action = "dbwait"
     if action == "fail":
         raise RuntimeError(f"item {item.id} asked to fail")
     if action == "sleep":

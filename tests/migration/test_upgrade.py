@@ -92,7 +92,7 @@ def test_old_layout_upgrades_to_a_fresh_install_from_many_processes(db: Database
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(4) as pool:
         changes = pool.map(_upgrade_in_process, [db.url] * 4)
-    # Each change made by exactly one process: five columns, two indexes, dbworker's own
+    # Each change made by exactly one process: eight columns, two indexes, the history table, dbworker's own
     # tables, the wake-up triggers.
     made = sorted(change for c in changes for change in c)
     assert made == sorted([
@@ -101,6 +101,10 @@ def test_old_layout_upgrades_to_a_fresh_install_from_many_processes(db: Database
         "added column items_work.ended_at",
         "added column items_work.not_before",
         "added column items_work.traceback",
+        "added column items_work.progress_fraction",
+        "added column items_work.progress_note",
+        "added column items_work.progress_at",
+        "created items_history",
         *(["added index ix_items_work_execution_status"] if release == "0.0.1" else []),
         "added index ix_items_work_not_before",
         "added ON DELETE CASCADE on items_work",
@@ -138,7 +142,8 @@ def test_old_database_keeps_working_before_and_after_the_upgrade(db: Database) -
     assert not upgrade.current(db.engine, work)
     # Before the upgrade: refused at start, naming the fix; nothing was claimed or changed.
     with pytest.raises(
-        RuntimeError, match=r"items_work lacks attempts, not_before, traceback, claimed_by, ended_at\): run `dbworker migrate"
+        RuntimeError, match=r"items_work lacks attempts, not_before, traceback, claimed_by, ended_at, progress_fraction, "
+        r"progress_note, progress_at; items_history does not exist\): run `dbworker migrate"
     ):
         c.start()
     assert c.upgrade_worker_tables() == [
@@ -147,9 +152,13 @@ def test_old_database_keeps_working_before_and_after_the_upgrade(db: Database) -
         "added column items_work.traceback",
         "added column items_work.claimed_by",
         "added column items_work.ended_at",
+        "added column items_work.progress_fraction",
+        "added column items_work.progress_note",
+        "added column items_work.progress_at",
         "added index ix_items_work_execution_status",
         "added index ix_items_work_not_before",
         "added ON DELETE CASCADE on items_work",
+        "created items_history",
         "created dbworker_paused",
         *_wakeup_changes(db.backend),
     ]

@@ -1,0 +1,168 @@
+"""The attempt history of a worker: ``<name>_history``, one row per ended attempt.
+
+Each attempt that ran a handler (finished, unfinished, failed, retried, crashed, timed out)
+gets one row, inserted in the same transaction as the outcome it records (``record``), so
+the history is exactly the outcomes that committed. Rows are bounded twice, by the fleet in
+small batches (``prune``): an age (through the ``ended_at`` index) and a count per item
+(through the ``(source_id, id)`` index, only for items with attempts since the last pass).
+Deleting a source row deletes its history (``ON DELETE CASCADE``; on SQLite a delete trigger
+too, ``tables.cascade_trigger_ddl``, since its foreign keys act only where a connection
+turned them on).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session
+
+from dbworker.sql import dialects, tables
+from dbworker.sql.states import clip
+from dbworker.sql.tables import CLAIMER_LENGTH, MICROSECONDS, STATUS_LENGTH
+
+OUTCOME_LENGTH = STATUS_LENGTH
+# SQLite autoincrements only an INTEGER PRIMARY KEY.
+_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What the process recording an attempt's outcome knows of it besides the outcome."""
+
+    table: sa.Table  # the worker's history table
+    started_at: dt.datetime | None  # naive UTC
+    claimed_by: str | None  # host:pid of the pod process that claimed it
+
+    def record(self, conn: Connection, source_id: Any, outcome: str, *, error: str | None = None,
+               traceback: str | None = None) -> None:  # fmt: skip
+        """``record`` this attempt with its ``outcome``; no commit."""
+        record(conn, self.table, source_id, outcome=outcome, started_at=self.started_at,
+               claimed_by=self.claimed_by, error=error, traceback=traceback)  # fmt: skip
+
+
+def table_name(worker: str) -> str:
+    return f"{worker}_history"
+
+
+def history_table(work: sa.Table) -> sa.Table:
+    """The history table beside the work table ``work`` (same MetaData), defined once."""
+    worker = work.name.removesuffix("_work")
+    name = table_name(worker)
+    existing = work.metadata.tables.get(name)
+    if existing is not None:
+        return existing
+    key = next(iter(work.c.source_id.foreign_keys)).column
+    table = sa.Table(
+        name,
+        work.metadata,
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("source_id", key.type, sa.ForeignKey(key, ondelete="CASCADE"), nullable=False),
+        # The handler process's clock (naive UTC) when the attempt started; None if unknown.
+        sa.Column("started_at", MICROSECONDS, nullable=True),
+        # The database server's clock (naive UTC), as the work table's ended_at.
+        sa.Column("ended_at", MICROSECONDS, nullable=False),
+        sa.Column("outcome", sa.String(OUTCOME_LENGTH), nullable=False),
+        sa.Column("error", sa.Text(), nullable=True),
+        sa.Column("traceback", sa.Text(), nullable=True),
+        sa.Column("claimed_by", sa.String(CLAIMER_LENGTH), nullable=True),
+        sa.Index(f"ix_{name}_source_id", "source_id", "id"),
+        sa.Index(f"ix_{name}_ended_at", "ended_at"),
+        info={"dbworker_history_of": work.name},
+    )
+    tables.cascade_on_sqlite(table)  # SQLite: an AFTER DELETE trigger on the source too
+    return table
+
+
+def utcnow() -> dt.datetime:
+    """This process's clock as the history stores it (naive UTC)."""
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+def record(conn: Connection, table: sa.Table, source_id: Any, *, outcome: str, started_at: dt.datetime | None,
+           claimed_by: str | None, error: str | None = None, traceback: str | None = None) -> None:  # fmt: skip
+    """Insert one ended attempt; no commit (the caller's transaction also writes its outcome)."""
+    conn.execute(_insert(table), {
+        "source_id": source_id,
+        "started_at": started_at,
+        "outcome": outcome,
+        "error": clip(error),
+        "traceback": clip(traceback),
+        "claimed_by": None if claimed_by is None else claimed_by[:CLAIMER_LENGTH],
+    })  # fmt: skip
+
+
+@functools.cache
+def _insert(table: sa.Table) -> sa.Insert:
+    # One statement object per table, so SQLAlchemy's compiled cache serves it.
+    return sa.insert(table).values(ended_at=dialects.server_now())
+
+
+def read(session: Session, table: sa.Table, source_id: Any, *, limit: int = 1000) -> list[dict[str, Any]]:
+    """The kept attempts of ``source_id``, oldest first (at most the newest ``limit``)."""
+    h = table.c
+    newest = (
+        sa.select(h.started_at, h.ended_at, h.outcome, h.error, h.traceback, h.claimed_by, h.id)
+        .where(h.source_id == source_id)
+        .order_by(h.id.desc())
+        .limit(limit)
+    )
+    rows = [dict(row) for row in session.execute(newest).mappings()]
+    rows.reverse()
+    for row in rows:
+        del row["id"]
+    return rows
+
+
+def prune(conn: Connection, table: sa.Table, *, keep: int, days: float, since: dt.datetime | None,
+          batch: int) -> int:  # fmt: skip
+    """One pass, committed, each step at most ``batch`` rows: delete attempts that ended more
+    than ``days`` ago (the ``ended_at`` index), then keep the newest ``keep`` of each item
+    with an attempt ended after ``since`` (the server clock; None: skip). How many went.
+
+    Keys are read first and deleted by key: MariaDB refuses a LIMIT in a subquery of IN.
+    """
+    h = table.c
+    caps = dialects.of(conn)
+    old = conn.execute(
+        sa.select(h.id).where(h.ended_at < caps.now_plus(-days * 86400.0)).order_by(h.ended_at).limit(batch)
+    ).scalars().all()
+    deleted = _delete(conn, table, old)
+    conn.commit()
+    if since is None:
+        return deleted
+    recent = conn.execute(
+        sa.select(h.source_id).where(h.ended_at >= since).group_by(h.source_id).limit(batch)
+    ).scalars().all()
+    budget = batch
+    for source_id in recent:
+        cut = conn.execute(
+            sa.select(h.id).where(h.source_id == source_id).order_by(h.id.desc()).offset(keep).limit(1)
+        ).scalar()
+        if cut is None:
+            continue
+        extra = conn.execute(
+            sa.select(h.id).where(h.source_id == source_id, h.id <= cut).limit(budget)
+        ).scalars().all()
+        deleted += _delete(conn, table, extra)
+        budget -= len(extra)
+        if budget <= 0:
+            break
+    conn.commit()
+    return deleted
+
+
+def _delete(conn: Connection, table: sa.Table, ids: Any) -> int:
+    if not ids:
+        return 0
+    return int(conn.execute(sa.delete(table).where(table.c.id.in_(list(ids)))).rowcount)
+
+
+def server_now(conn: Connection) -> dt.datetime:
+    """The server's clock, naive UTC, as ``ended_at`` stores it."""
+    now: dt.datetime = conn.execute(sa.select(dialects.of(conn).now())).scalar_one()
+    return now

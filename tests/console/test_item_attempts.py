@@ -1,0 +1,42 @@
+"""The console's item page and API show the attempt history and the latest progress (issue 30),
+and the page polls the progress while the item runs."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from dbworker import ExecutionStatus
+from dbworker.sql import progress
+from tests.acceptance import app as taskapp
+from tests.acceptance.conftest import AppDb
+from tests.console.conftest import ClientFactory
+from tests.helpers import wait_until
+
+
+def test_item_page_and_api_show_the_attempts_and_the_progress(make_client: ClientFactory, appdb_all: AppDb) -> None:
+    appdb_all.add({"id": 1, "action": "fail"}, {"id": 2})
+    c = taskapp.build(appdb_all.url)
+    c.start()
+    try:
+        wait_until(lambda: all((s := appdb_all.state("main", i)) is not None and s["execution_status"]
+                               in (ExecutionStatus.FINISHED, ExecutionStatus.FAILED) for i in (1, 2)),
+                   timeout=60, what="tasks to settle")  # fmt: skip
+    finally:
+        c.stop(timeout=10)
+    client = make_client()
+    page = client.get("/workers/main/items/1")
+    assert "Attempts (oldest first)" in page.text
+    assert '<span class="status failed">failed</span></td>' in page.text and "task 1 failed on purpose" in page.text
+    found = client.get("/api/workers/main/items/1").json()
+    [attempt] = found["state"]["history"]
+    assert attempt["outcome"] == "failed" and attempt["pod"] and attempt["pid"] and attempt["ended_at"].endswith("UTC")
+    assert found["state"]["progress"] is None
+    # A running item (claimed by hand) that reported progress: shown, and polled.
+    table = appdb_all.coordinator.workers["main"].table
+    with appdb_all.db.engine.begin() as conn:
+        conn.execute(sa.update(table).where(table.c.source_id == 2).values(execution_status="working", claim_token="t"))
+    with appdb_all.db.engine.connect() as conn:
+        assert progress.write(conn, table, 2, "t", fraction=0.4, note="rows 400 of 1000")
+    page = client.get("/workers/main/items/2")
+    assert "40% rows 400 of 1000" in page.text and 'hx-trigger="every 2s"' in page.text
+    assert client.get("/api/workers/main/items/2").json()["state"]["progress"]["fraction"] == 0.4
