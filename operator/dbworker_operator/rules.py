@@ -99,6 +99,7 @@ DBWORKER_VARIABLES: dict[str, str | None] = {
     "DBWORKER_FAILED": None,
     "DBWORKER_JSON": None,
     "DBWORKER_ALL_FAILED": None,
+    "DBWORKER_ITEM": None,
     "DBWORKER_PORT": "spec.console.service.port",
     "DBWORKER_HOST": None,
     "DBWORKER_CONSOLE_TOKEN": "spec.console.tokenSecretRef",
