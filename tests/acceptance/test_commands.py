@@ -228,7 +228,7 @@ def test_missing_work_tables_are_named_with_the_fix(appdb: AppDb, tmp_path: Path
     r = run_command(["inspect", APP], database_url=appdb.url)
     assert r.returncode == 2
     assert r.stderr == (
-        "dbworker: table(s) main_work, other_work, dbworker_paused do not exist; "
+        "dbworker: table(s) main_work, other_work, main_history, other_history, dbworker_paused do not exist; "
         f"run `dbworker migrate {APP}` first\n"
     )
 

@@ -96,6 +96,6 @@ def test_console_names_missing_tables_and_the_fix(sqlite_db: AppDb) -> None:
     r = run_command(["console", APP, "--token", TOKEN], database_url=sqlite_db.url)
     assert r.returncode == 2
     assert r.stderr == (
-        "dbworker: table(s) main_work, other_work, dbworker_paused do not exist; "
+        "dbworker: table(s) main_work, other_work, main_history, other_history, dbworker_paused do not exist; "
         f"run `dbworker migrate {APP}` first\n"
     )
