@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from dbworker.sql import dialects, tables
+from dbworker.sql import dialects, names, tables
 from dbworker.sql.states import clip
 from dbworker.sql.tables import CLAIMER_LENGTH, MICROSECONDS, STATUS_LENGTH
 
@@ -70,8 +70,8 @@ def history_table(work: sa.Table) -> sa.Table:
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("traceback", sa.Text(), nullable=True),
         sa.Column("claimed_by", sa.String(CLAIMER_LENGTH), nullable=True),
-        sa.Index(f"ix_{name}_source_id", "source_id", "id"),
-        sa.Index(f"ix_{name}_ended_at", "ended_at"),
+        sa.Index(names.identifier(f"ix_{name}_source_id"), "source_id", "id"),
+        sa.Index(names.identifier(f"ix_{name}_ended_at"), "ended_at"),
         info={"dbworker_history_of": work.name},
     )
     tables.cascade_on_sqlite(table)  # SQLite: an AFTER DELETE trigger on the source too

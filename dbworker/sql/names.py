@@ -14,10 +14,10 @@ import hashlib
 IDENTIFIER_MAX = 63  # bytes: PostgreSQL's NAMEDATALEN - 1; MySQL/MariaDB allow 64 characters
 _HASH_CHARS = 8
 
-# The longest generated name a worker name is part of is MySQL/MariaDB's name for the work
-# table's foreign key, ``<name>_work_ibfk_1``: the server makes it, and MariaDB 10.11 refuses
-# it at 64 characters already.
-WORKER_NAME_MAX = IDENTIFIER_MAX - len("_work_ibfk_1")
+# The longest generated name a worker name is part of is MySQL/MariaDB's name for the
+# attempt history table's foreign key, ``<name>_history_ibfk_1``: the server makes it, and
+# MariaDB 10.11 refuses it at 64 characters already.
+WORKER_NAME_MAX = IDENTIFIER_MAX - len("_history_ibfk_1")
 
 
 def identifier(name: str) -> str:
@@ -35,6 +35,6 @@ def check_worker_name_length(name: str) -> None:
     if len(name) > WORKER_NAME_MAX:
         raise ValueError(
             f"worker name {name!r} is {len(name)} characters: use at most {WORKER_NAME_MAX} (its work "
-            f"table {name}_work and the names the database derives from it must fit MySQL/MariaDB's "
+            f"table {name}_work, its history table and the names the database derives from it must fit MySQL/MariaDB's "
             f"and PostgreSQL's limits, 63)"
         )

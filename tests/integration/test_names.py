@@ -47,9 +47,9 @@ def _coordinator(db: Database) -> Coordinator:
 def test_the_longest_worker_name_is_created_everywhere_and_a_longer_one_is_refused(db: Database) -> None:
     c = _coordinator(db)
     longest = "w" * names.WORKER_NAME_MAX
-    with pytest.raises(ValueError, match=rf"worker name '{longest}x' is 52 characters: use at most 51"):
+    with pytest.raises(ValueError, match=rf"worker name '{longest}x' is 49 characters: use at most 48"):
         c.transactional_worker(name=longest + "x", source=basic.Item)
-    with pytest.raises(ValueError, match="use at most 51"):
+    with pytest.raises(ValueError, match="use at most 48"):
         c.periodic(name=longest + "x", every=60)
     c.transactional_worker(name=longest, source=basic.Item)(basic.handle)
     basic.create_app_tables(db.engine)
