@@ -25,6 +25,11 @@ from tests.k8s.harness import (
     not_allowed,
 )
 
+# In the serial pass, in order: its operators are module-scoped, and its last test checks
+# that the tests before it used every RBAC rule (parallel workers would split the module).
+pytestmark = pytest.mark.serial
+
+
 SCALED_OBJECTS = f"/apis/keda.sh/v1alpha1/namespaces/{NS}/scaledobjects"
 POD_MONITORS = f"/apis/monitoring.coreos.com/v1/namespaces/{NS}/podmonitors"
 PDBS = f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets"
