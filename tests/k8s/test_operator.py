@@ -31,9 +31,9 @@ from tests.k8s.harness import (
     pod,
 )
 
-# In the serial pass, in order: its operators are module-scoped, and its last test checks
-# that the tests before it used every RBAC rule (parallel workers would split the module).
-pytestmark = pytest.mark.serial
+# On one parallel worker, in order (make test's `--dist loadgroup`): its operators are
+# module-scoped, and its last test checks that the tests before it used every RBAC rule.
+pytestmark = pytest.mark.xdist_group("test_operator")
 
 PDBS = f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets"
 SERVICES = f"/api/v1/namespaces/{NS}/services"

@@ -25,9 +25,9 @@ from tests.k8s.harness import (
     not_allowed,
 )
 
-# In the serial pass, in order: its operators are module-scoped, and its last test checks
-# that the tests before it used every RBAC rule (parallel workers would split the module).
-pytestmark = pytest.mark.serial
+# On one parallel worker, in order (make test's `--dist loadgroup`): its operators are
+# module-scoped, and its last test checks that the tests before it used every RBAC rule.
+pytestmark = pytest.mark.xdist_group("test_operator_addons")
 
 
 SCALED_OBJECTS = f"/apis/keda.sh/v1alpha1/namespaces/{NS}/scaledobjects"
