@@ -16,8 +16,8 @@ CHECKOV_VERSION := 3.3.30
 # Python processes, and past about 4 workers on 2 cores those starve each other (slower, and
 # waits run out). Measured in CHANGELOG; WORKERS=8 make test on a bigger machine.
 WORKERS ?= 4
-# loadgroup: a test at a time to the worker that is free (no worker is left holding a queue at
-# the end), the `xdist_group` modules whole on one worker, in order (tests/k8s/test_operator*).
+# loadgroup (tests/scheduling.py): a test at a time to the worker that is free (none is left
+# holding a queue at the end), and the operator modules whole on one worker, in order.
 PARALLEL := -n $(WORKERS) --dist loadgroup
 # Tests marked `serial` (the PostgreSQL restart of tests/chaos/test_outage.py, and the tests
 # that bound a wall time: how long stop() takes, how late a due row is picked up) run alone

@@ -30,6 +30,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import sessionmaker
 
 from tests import pooler
+from tests.scheduling import pytest_xdist_make_scheduler  # noqa: F401 - make test's --dist loadgroup
 
 PG_ADMIN_URL = os.environ.get("DBWORKER_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 MARIADB_ADMIN_URL = os.environ.get("DBWORKER_TEST_MARIADB", "mysql+pymysql://root@127.0.0.1:3306/test")

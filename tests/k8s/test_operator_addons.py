@@ -25,9 +25,8 @@ from tests.k8s.harness import (
     not_allowed,
 )
 
-# On one parallel worker, in order (make test's `--dist loadgroup`): its operators are
-# module-scoped, and its last test checks that the tests before it used every RBAC rule.
-pytestmark = pytest.mark.xdist_group("test_operator_addons")
+# Whole on one parallel worker, in order (tests/scheduling.py's WHOLE_MODULES): its operators
+# are module-scoped, and its last test checks that the tests before it used every RBAC rule.
 
 
 SCALED_OBJECTS = f"/apis/keda.sh/v1alpha1/namespaces/{NS}/scaledobjects"
