@@ -10,6 +10,7 @@ Usage (see benchmarks/README.md, "Where an item's cost goes")::
     python -m benchmarks.item_cost --items 4000 --repeats 3
     python -m benchmarks.item_cost --items 4000 --repeats 1 --count        # statements per item
     python -m benchmarks.item_cost --items 20000 --repeats 1 --py-spy /tmp/cost-prof
+    python -m benchmarks.item_cost --libraries /work/wt/before,. --repeats 3 --probes 30   # interleaved A/B
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import datetime as dt
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -41,7 +44,7 @@ def _url(database: str) -> str:
     return str(sa.engine.make_url(ADMIN_URL).set(database=database).render_as_string(hide_password=False))
 
 
-def reset() -> sa.Engine:
+def reset(library: Path) -> sa.Engine:
     admin = sa.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(sa.text(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)"))
@@ -50,19 +53,23 @@ def reset() -> sa.Engine:
     engine = sa.create_engine(_url(DB), isolation_level="AUTOCOMMIT")
     with engine.connect() as conn:
         conn.execute(sa.text("CREATE TABLE fleet_item (id bigint PRIMARY KEY)"))
-    env = {**os.environ, "DATABASE_URL": _url(DB)}
-    subprocess.run([sys.executable, "-m", "dbworker", "migrate", APP], check=True, env=env, cwd=ROOT,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
+    env = {**os.environ, "DATABASE_URL": _url(DB), "PYTHONPATH": _pythonpath(library)}
+    subprocess.run([sys.executable, "-m", "dbworker", "migrate", APP], check=True, env=env, cwd=library,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     return engine
 
 
+def _pythonpath(library: Path) -> str:
+    return f"{library}:{library / 'operator'}"
+
+
 class Pod:
-    def __init__(self, log_dir: Path, counts: Path | None) -> None:
-        env = {"DATABASE_URL": _url(DB), "PYTHONPATH": os.environ.get("PYTHONPATH", str(ROOT))}
+    def __init__(self, library: Path, log_dir: Path, counts: Path | None) -> None:
+        env = {"DATABASE_URL": _url(DB), "PYTHONPATH": _pythonpath(library)}
         if counts is not None:
             env["DBWORKER_COST_COUNTS"] = str(counts)
         self.pod = procs.start_pod([sys.executable, "-m", "dbworker", "run", APP, "--metrics-port", "0"],
-                                   env=env, log_path=log_dir / "pod.log", cwd=ROOT)  # fmt: skip
+                                   env=env, log_path=log_dir / "pod.log", cwd=library)  # fmt: skip
 
     def handlers(self) -> list[psutil.Process]:
         found = []
@@ -82,41 +89,60 @@ class Pod:
         return {"coordinator": root.user + root.system, "handlers": handlers}
 
 
-def backend_cpu(engine: sa.Engine) -> float:
-    with engine.connect() as conn:
-        pids = conn.execute(sa.text("SELECT pid FROM pg_stat_activity WHERE datname = :d AND pid <> pg_backend_pid()"),
-                            {"d": DB}).scalars().all()  # fmt: skip
-    total = 0.0
-    for pid in pids:
-        with contextlib.suppress(psutil.Error):
-            t = psutil.Process(pid).cpu_times()
-            total += t.user + t.system
-    return total
+class Database:
+    """The benchmark's one connection to ``bench_cost``: its own backend is left out of the figures."""
 
+    def __init__(self, engine: sa.Engine) -> None:
+        self.conn = engine.connect()
+        self.own = int(self.conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one())
+        self.polls = 0  # this connection's own transactions, left out of xacts
 
-def xacts(engine: sa.Engine) -> float:
-    with engine.connect() as conn:
-        conn.execute(sa.text("SELECT pg_stat_clear_snapshot()"))
-        return float(conn.execute(sa.text(
+    def close(self) -> None:
+        self.conn.close()
+
+    def backend_cpu(self) -> float:
+        pids = self.conn.execute(sa.text("SELECT pid FROM pg_stat_activity WHERE datname = :d AND pid <> :own"),
+                                 {"d": DB, "own": self.own}).scalars().all()  # fmt: skip
+        self.polls += 1
+        total = 0.0
+        for pid in pids:
+            with contextlib.suppress(psutil.Error):
+                t = psutil.Process(pid).cpu_times()
+                total += t.user + t.system
+        return total
+
+    def xacts(self) -> float:
+        self.conn.execute(sa.text("SELECT pg_stat_clear_snapshot()"))
+        found = float(self.conn.execute(sa.text(
             "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = :d"), {"d": DB}).scalar_one())
+        self.polls += 2
+        return found - self.polls
 
+    def finished(self) -> int:
+        self.polls += 1
+        return int(self.conn.execute(sa.text(
+            "SELECT count(*) FROM fleet_work WHERE execution_status = 'finished'")).scalar_one())
 
-def finished(engine: sa.Engine) -> int:
-    with engine.connect() as conn:
-        return int(conn.execute(sa.text("SELECT count(*) FROM fleet_work WHERE execution_status = 'finished'")).scalar_one())
+    def insert(self, first: int, count: int) -> float:
+        """Insert keys ``first``.. in one commit; the time (epoch seconds) the commit returned."""
+        self.polls += 1
+        self.conn.execute(sa.text("INSERT INTO fleet_item SELECT generate_series(CAST(:a AS bigint), CAST(:b AS bigint))"),
+                          {"a": first, "b": first + count - 1})  # fmt: skip
+        return time.time()
 
+    def wait_finished(self, total: int, timeout: float = 600) -> None:
+        deadline = time.monotonic() + timeout
+        while self.finished() < total:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {self.finished()} of {total} finished")
+            time.sleep(0.05)
 
-def insert(engine: sa.Engine, first: int, count: int) -> None:
-    with engine.connect() as conn:
-        conn.execute(sa.text("INSERT INTO fleet_item SELECT generate_series(CAST(:a AS bigint), CAST(:b AS bigint))"), {"a": first, "b": first + count - 1})
-
-
-def wait_finished(engine: sa.Engine, total: int, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while finished(engine) < total:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"only {finished(engine)} of {total} finished")
-        time.sleep(0.01)
+    def started_at(self, key: int) -> float:
+        """When the item's attempt started (the handler process's clock, naive UTC), epoch seconds."""
+        self.polls += 1
+        started = self.conn.execute(sa.text("SELECT started_at FROM fleet_history WHERE source_id = :k"),
+                                    {"k": key}).scalar_one()  # fmt: skip
+        return float(started.replace(tzinfo=dt.UTC).timestamp())
 
 
 def read_counts(directory: Path, pod: Pod) -> dict[str, collections.Counter[str]]:
@@ -132,79 +158,92 @@ def read_counts(directory: Path, pod: Pod) -> dict[str, collections.Counter[str]
     return roles
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--items", type=int, default=4000)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--probes", type=int, default=0, help="single-row pick-ups after the drains")
-    parser.add_argument("--count", action="store_true", help="count statements per item (costs CPU)")
-    parser.add_argument("--py-spy", type=Path, help="record py-spy flame data of each process here")
-    args = parser.parse_args(argv)
-    engine = reset()
+def one_run(library: Path, args: argparse.Namespace, spy: Path | None) -> dict[str, float]:
+    """A fresh database and pod of ``library``: warm up, drain ``args.items``, then pick-ups."""
+    db = Database(reset(library))
     logs = Path(tempfile.mkdtemp(prefix="item-cost-"))
     counts_dir = logs / "counts" if args.count else None
-    pod = Pod(logs, counts_dir)
+    pod = Pod(library, logs, counts_dir)
     try:
-        next_id = 1
-        insert(engine, next_id, 20)
-        next_id += 20
-        wait_finished(engine, 20, timeout=60)
+        db.insert(1, 20)
+        db.wait_finished(20, timeout=120)
         time.sleep(1.0)
-        rows = []
-        for repeat in range(args.repeats):
-            before_counts = read_counts(counts_dir, pod) if counts_dir else None
-            cpu0, db0, tx0, t0 = pod.cpu(), backend_cpu(engine), xacts(engine), time.monotonic()
-            spies = []
-            if args.py_spy is not None and repeat == 0:
-                args.py_spy.mkdir(parents=True, exist_ok=True)
-                for name, pid in [("coordinator", pod.pod.pid)] + [(f"handler-{p.pid}", p.pid) for p in pod.handlers()]:
-                    spies.append(subprocess.Popen(
-                        [str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(pid), "--format", "raw",
-                         "-r", "250", "--nonblocking", "-o", str(args.py_spy / f"{name}.txt")],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
-                time.sleep(1.0)
-                cpu0, db0, tx0, t0 = pod.cpu(), backend_cpu(engine), xacts(engine), time.monotonic()
-            insert(engine, next_id, args.items)
-            next_id += args.items
-            wait_finished(engine, next_id - 1)
-            seconds = time.monotonic() - t0
-            cpu1, db1, tx1 = pod.cpu(), backend_cpu(engine), xacts(engine)
-            for spy in spies:
-                spy.send_signal(2)
-            for spy in spies:
-                spy.wait(timeout=30)
-            n = args.items
-            row = {"items_per_s": n / seconds,
-                   "coordinator_ms": 1000 * (cpu1["coordinator"] - cpu0["coordinator"]) / n,
-                   "handlers_ms": 1000 * (cpu1["handlers"] - cpu0["handlers"]) / n,
-                   "postgres_ms": 1000 * (db1 - db0) / n, "xacts": (tx1 - tx0) / n}  # fmt: skip
-            rows.append(row)
-            print(f"repeat {repeat + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in row.items()), flush=True)
-            if counts_dir is not None and before_counts is not None:
-                time.sleep(0.5)
-                after = read_counts(counts_dir, pod)
-                for role in after:
-                    diff = after[role] - before_counts[role]
-                    total = sum(v for k, v in diff.items())
-                    print(f"  {role}: {total / n:.2f} statements+transaction ends per item")
-                    for kind, value in diff.most_common():
-                        if value / n >= 0.01:
-                            print(f"    {value / n:6.2f}  {kind}")
-        print("median: " + ", ".join(f"{k} {statistics.median(r[k] for r in rows):.3f}" for k in rows[0]))
-        if args.probes:
-            lat = []
-            for _ in range(args.probes):
-                time.sleep(0.3)
-                t = time.perf_counter()
-                insert(engine, next_id, 1)
-                next_id += 1
-                wait_finished(engine, next_id - 1)
-                lat.append(1000 * (time.perf_counter() - t))
-            lat.sort()
-            print(f"pick-up to finished (incl. 10 ms polling of this script): p50 {statistics.median(lat):.1f} ms")
+        next_id = 21
+        before_counts = read_counts(counts_dir, pod) if counts_dir else None
+        spies = []
+        if spy is not None:
+            spy.mkdir(parents=True, exist_ok=True)
+            for name, pid in [("coordinator", pod.pod.pid)] + [(f"handler-{p.pid}", p.pid) for p in pod.handlers()]:
+                spies.append(subprocess.Popen(
+                    [str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(pid), "--format", "raw",
+                     "-r", "250", "--nonblocking", "-o", str(spy / f"{name}.txt")],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+            time.sleep(1.0)
+        cpu0, db0, tx0, t0 = pod.cpu(), db.backend_cpu(), db.xacts(), time.monotonic()
+        db.insert(next_id, args.items)
+        next_id += args.items
+        db.wait_finished(next_id - 1)
+        seconds = time.monotonic() - t0
+        cpu1, db1, tx1 = pod.cpu(), db.backend_cpu(), db.xacts()
+        for process in spies:
+            process.send_signal(2)
+        for process in spies:
+            process.wait(timeout=60)
+        n = args.items
+        row = {"items_per_s": n / seconds,
+               "coordinator_ms": 1000 * (cpu1["coordinator"] - cpu0["coordinator"]) / n,
+               "handlers_ms": 1000 * (cpu1["handlers"] - cpu0["handlers"]) / n,
+               "postgres_ms": 1000 * (db1 - db0) / n, "xacts": (tx1 - tx0) / n}  # fmt: skip
+        if counts_dir is not None and before_counts is not None:
+            time.sleep(0.5)
+            after = read_counts(counts_dir, pod)
+            for role in after:
+                diff = after[role] - before_counts[role]
+                print(f"  {library.name} {role}: {sum(diff.values()) / n:.2f} statements, BEGIN, COMMIT per item")
+                for kind, value in diff.most_common():
+                    if value / n >= 0.01:
+                        print(f"    {value / n:6.2f}  {kind}")
+        picks = []
+        for _ in range(args.probes):
+            time.sleep(random.uniform(0.1, 0.4))
+            committed = db.insert(next_id, 1)
+            next_id += 1
+            db.wait_finished(next_id - 1)
+            picks.append(1000 * (db.started_at(next_id - 1) - committed))
+        if picks:
+            picks.sort()
+            row["pickup_p50_ms"] = statistics.median(picks)
+            row["pickup_p90_ms"] = picks[int(0.9 * (len(picks) - 1))]
+        return row
     finally:
         procs.stop_pod(pod.pod)
-        print(f"logs: {logs}")
+        db.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--items", type=int, default=4000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--probes", type=int, default=0, help="single-row pick-ups after each drain")
+    parser.add_argument("--count", action="store_true", help="count statements per item (costs CPU)")
+    parser.add_argument("--py-spy", type=Path, help="record py-spy flame data of each process here (first repeat)")
+    parser.add_argument("--libraries", default=str(ROOT),
+                        help="comma-separated checkouts of dbworker, run interleaved (the first is the baseline)")
+    args = parser.parse_args(argv)
+    libraries = [Path(p).resolve() for p in args.libraries.split(",")]
+    rows: dict[Path, list[dict[str, float]]] = {lib: [] for lib in libraries}
+    for repeat in range(args.repeats):
+        order = libraries[repeat % len(libraries):] + libraries[: repeat % len(libraries)]
+        for library in order:
+            spy = None if args.py_spy is None or repeat else args.py_spy / library.name
+            row = one_run(library, args, spy)
+            rows[library].append(row)
+            print(f"repeat {repeat + 1} {library}: " + ", ".join(f"{k} {v:.3f}" for k, v in row.items()), flush=True)
+    medians = {lib: {k: statistics.median(r[k] for r in found) for k in found[0]} for lib, found in rows.items()}
+    base = medians[libraries[0]]
+    for lib, median in medians.items():
+        print(f"median {lib}: " + ", ".join(f"{k} {v:.3f} ({v / base[k]:.2f}x)" if base[k] else f"{k} {v:.3f}"
+                                            for k, v in median.items()))  # fmt: skip
     return 0
 
 
