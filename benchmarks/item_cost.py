@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import sqlalchemy as sa
@@ -220,6 +221,40 @@ def one_run(library: Path, args: argparse.Namespace, spy: Path | None) -> dict[s
         db.close()
 
 
+# The handler's statements one by one, on one connection to ``bench_cost`` after a drain:
+# PostgreSQL backend CPU per statement (psutil), ``SELECT 1`` being a bare round trip.
+SERVER_STEPS = {
+    "SELECT 1 (a bare round trip)": ["SELECT 1"],
+    "BEGIN; COMMIT": ["BEGIN", "COMMIT"],
+    "BEGIN; load the row; COMMIT": ["BEGIN", "SELECT fleet_item.id FROM fleet_item WHERE fleet_item.id = 7", "COMMIT"],
+    "BEGIN; fenced UPDATE (no match); COMMIT": [
+        "BEGIN", "UPDATE fleet_work SET execution_status = 'finished', claim_token = NULL, "
+        "ended_at = timezone('UTC', statement_timestamp()) WHERE source_id = 7 AND claim_token = 'x' "
+        "AND execution_status = 'working'", "COMMIT"],
+    "BEGIN; history INSERT; COMMIT": [
+        "BEGIN", "INSERT INTO fleet_history (source_id, started_at, ended_at, outcome, claimed_by) "
+        "VALUES (7, now(), timezone('UTC', statement_timestamp()), 'finished', 'h:1')", "COMMIT"],
+}
+
+
+def server_split(rounds: int) -> None:
+    engine = sa.create_engine(_url(DB), isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        backend = psutil.Process(int(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()))
+        raw: Any = conn.connection.driver_connection
+        for name, sqls in SERVER_STEPS.items():
+            for sql in sqls:  # warm: plans cached, pages in memory
+                raw.execute(sql)
+            t0 = backend.cpu_times()
+            for _ in range(rounds):
+                for sql in sqls:
+                    raw.execute(sql)
+            t1 = backend.cpu_times()
+            ms = 1000 * (t1.user + t1.system - t0.user - t0.system) / rounds
+            print(f"  PostgreSQL CPU, {name}: {ms:.3f} ms")
+    engine.dispose()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--items", type=int, default=4000)
@@ -229,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--py-spy", type=Path, help="record py-spy flame data of each process here (first repeat)")
     parser.add_argument("--libraries", default=str(ROOT),
                         help="comma-separated checkouts of dbworker, run interleaved (the first is the baseline)")
+    parser.add_argument("--server-split", type=int, default=0, metavar="ROUNDS",
+                        help="after the runs, PostgreSQL CPU per handler statement, each ROUNDS times")
     args = parser.parse_args(argv)
     libraries = [Path(p).resolve() for p in args.libraries.split(",")]
     rows: dict[Path, list[dict[str, float]]] = {lib: [] for lib in libraries}
@@ -244,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     for lib, median in medians.items():
         print(f"median {lib}: " + ", ".join(f"{k} {v:.3f} ({v / base[k]:.2f}x)" if base[k] else f"{k} {v:.3f}"
                                             for k, v in median.items()))  # fmt: skip
+    if args.server_split:
+        server_split(args.server_split)
     return 0
 
 
