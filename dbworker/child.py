@@ -222,12 +222,13 @@ class Runner:
                     self._after = after
                 else:  # the hot path, precompiled; Unfinished() starts the next step's attempts
                     status = ExecutionStatus.FINISHED if isinstance(result, Finished) else ExecutionStatus.UNFINISHED
-                    current = self._complete(conn, claim, status)
+                    current = self._complete(conn, claim, status, self._attempt)
                 if not current:
                     _rollback(session)
                     self._last_exc = LostClaim(f"the claim of item {claim.source_id!r} is no longer ours")
                     return self._gone_or(claim, (LOST, None))
-                self._attempt.record(conn, claim.source_id, (FINISHED if isinstance(result, Finished) else UNFINISHED).value)
+                if after:
+                    self._attempt.record(conn, claim.source_id, UNFINISHED.value)
                 session.info[_MAY_COMMIT] = True
                 session.commit()
             except Exception as exc:

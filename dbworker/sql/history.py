@@ -96,6 +96,28 @@ def record(conn: Connection, table: sa.Table, source_id: Any, *, outcome: str, s
     })  # fmt: skip
 
 
+def recorded(update: sa.Update, table: sa.Table) -> sa.Insert:
+    """The fenced write ``update`` of one work row and its attempt's row in ``table`` as one
+    statement (a data-modifying CTE: PostgreSQL), saving a round trip per item.
+
+    The UPDATE's RETURNING feeds the INSERT, so the attempt is recorded exactly when the
+    fence matched, and the statement's row count is the fence's. Parameters: the update's,
+    then ``dbw_started``, ``dbw_outcome``, ``dbw_claimer``. Locks: the update's, and the
+    history row it inserts.
+    """
+    h = table.c
+    done = update.returning(update.table.c.source_id).cte("dbw_done")
+    rows = sa.select(
+        done.c.source_id,
+        sa.bindparam("dbw_started", type_=h.started_at.type),
+        dialects.server_now(),
+        sa.bindparam("dbw_outcome", type_=h.outcome.type),
+        sa.bindparam("dbw_claimer", type_=h.claimed_by.type),
+    )
+    columns = ["source_id", "started_at", "ended_at", "outcome", "claimed_by"]
+    return sa.insert(table).from_select(columns, rows).add_cte(done)
+
+
 @functools.cache
 def _insert(table: sa.Table) -> sa.Insert:
     # One statement object per table, so SQLAlchemy's compiled cache serves it.
@@ -138,6 +160,11 @@ def prune(conn: Connection, table: sa.Table, *, keep: int, days: float, since: d
     recent = conn.execute(
         sa.select(h.source_id).where(h.ended_at >= since).group_by(h.source_id).limit(batch)
     ).scalars().all()
+    if recent:  # only the items over ``keep``: one grouped read, not one read per item
+        recent = conn.execute(
+            sa.select(h.source_id).where(h.source_id.in_(list(recent))).group_by(h.source_id)
+            .having(sa.func.count() > keep)
+        ).scalars().all()  # fmt: skip
     budget = batch
     for source_id in recent:
         cut = conn.execute(
