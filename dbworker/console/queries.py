@@ -20,6 +20,7 @@ from sqlalchemy import orm
 
 import dbworker
 from dbworker import redact
+from dbworker.console import timeline
 from dbworker.sql import browse, claimer, keys, pauses
 from dbworker.wakeups import dependencies
 
@@ -183,8 +184,14 @@ def item(coordinator: dbworker.Coordinator, worker: str, source_id: Any) -> dict
     if state is not None:
         raw = dict(state)
         raw["execution_status"] = raw["execution_status"].value
-        record = item_row(raw, now) | {"traceback": state.get("traceback"), "progress": _progress(state.get("progress")),
-                                        "history": [_attempt(a) for a in state.get("history") or []]}  # fmt: skip
+        attempts = state.get("history") or []
+        spans = [(_as_datetime(a["started_at"]), _as_datetime(a["ended_at"]) or now) for a in attempts]
+        history = [_attempt(a) | {"bar": bar} for a, bar in zip(attempts, timeline.bars(spans), strict=True)]
+        span = timeline.axis(spans)
+        record = item_row(raw, now) | {
+            "traceback": state.get("traceback"), "progress": _progress(state.get("progress")), "history": history,
+            "timeline": None if span is None else {"from": _iso(span[0]), "to": _iso(span[1]), "width": timeline.WIDTH},
+        }  # fmt: skip
     return {"id": source_id, "worker": worker, "state": record, "source": columns}
 
 
@@ -249,6 +256,7 @@ def _attempt(attempt: dict[str, Any]) -> dict[str, Any]:
         "claimed_by": attempt["claimed_by"],
         "pod": pod,
         "pid": pid,
+        "logs": list(attempt.get("logs") or []),
     }
 
 

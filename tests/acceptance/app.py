@@ -40,6 +40,7 @@ def handle(task: Task, session: Session) -> Outcome:
         session.rollback()  # no read transaction held across the wait
         time.sleep(task.seconds)
     elif task.action == "fail":
+        log.warning("task %s is about to fail", task.id)  # kept with its attempt (docs/history.md)
         raise RuntimeError(f"task {task.id} failed on purpose")
     elif task.action == "exit":
         os._exit(3)

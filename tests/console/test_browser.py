@@ -169,3 +169,36 @@ def test_read_only_console_in_a_browser_has_no_buttons_and_refuses_posts(
     finally:
         console.close()
 
+
+
+def test_item_page_timeline_and_attempt_logs_in_a_browser(appdb: AppDb, tmp_path: Path, browser: object) -> None:
+    appdb.create_worker_tables()
+    appdb.add({"id": 1, "action": "fail"})
+    c = taskapp.build(appdb.url)
+    c.start()
+    try:
+        wait_until(lambda: _status(appdb, "main", 1) is ExecutionStatus.FAILED, what="task 1 to fail")
+    finally:
+        c.stop(timeout=10)
+    console = ConsoleProcess(appdb.url, tmp_path)
+    try:
+        context = browser.new_context()  # type: ignore[attr-defined]
+        page = context.new_page()
+        refused: list[str] = []
+        page.on("console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None)
+        _sign_in(page, console.url)
+        page.goto(console.url + "/workers/main/items/1")
+        bar = page.locator("figure.timeline rect.bar.failed")
+        box = bar.bounding_box()
+        assert box is not None and box["width"] > 100  # the one attempt spans the axis
+        bar.click()
+        assert page.url.endswith("#attempt-1")
+        row = page.locator("tr#attempt-1")
+        assert not row.locator("pre.logs").is_visible()
+        row.locator("details.logs summary").click()
+        assert "WARNING taskapp: task 1 is about to fail" in row.locator("pre.logs").inner_text()
+        _shot(page, "item.png")
+        assert not refused, refused
+        context.close()
+    finally:
+        console.close()

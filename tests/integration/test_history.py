@@ -24,7 +24,7 @@ from tests.apps import basic
 from tests.helpers import wait_until
 from tests.integration.conftest import App
 
-KEYS = {"started_at", "ended_at", "outcome", "error", "traceback", "claimed_by"}
+KEYS = {"started_at", "ended_at", "outcome", "error", "traceback", "claimed_by", "logs"}
 
 
 def _history(app: App, item_id: int) -> list[dict[str, Any]]:
