@@ -19,11 +19,12 @@ from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from dbworker.console import actions, auth, queries
+from dbworker.console import actions, auth, filters, queries
 from dbworker.console.context import (
     Console,
     acting_on,
     console_of,
+    filter_or_400,
     key_or_400,
     who_of,
     worker_or_404,
@@ -77,17 +78,18 @@ def overview(request: Request) -> Response:
 
 
 @router.get("/workers/{worker}")
-def worker_page(request: Request, worker: str, status: str = "", before: str = "", id: str = "") -> Response:
+def worker_page(request: Request, worker: str, before: str = "", id: str = "") -> Response:
     console = console_of(request)
     name = worker_or_404(console, worker)
-    if status and status not in queries.FILTERS:
-        raise HTTPException(400, f"status {status!r} is not one of {', '.join(queries.FILTERS)} (or empty for all)")
+    where = filter_or_400(console, name, request.query_params.multi_items())
     below = key_or_400(console, name, before, field="before") if before else None
     one = key_or_400(console, name, id.strip()) if id.strip() else None  # typed in a search box
-    rows, after = queries.items(console.coordinator, name, status=status or None, before=below, source_id=one)
+    rows, after = queries.items(console.coordinator, name, status=where.status, before=below, source_id=one, where=where)
     return render(
-        request, "worker.html", worker=name, status=status, rows=rows, after=after, search=id,
-        paused=queries.paused(console.coordinator, name), filters=queries.FILTERS,
+        request, "worker.html", worker=name, status=where.status or "", rows=rows, after=after, search=id,
+        paused=queries.paused(console.coordinator, name), filters=queries.FILTERS, where=where,
+        query=urlencode(where.params()), given=dict(where.params()),
+        columns=[(c.name, filters.describe(c)) for c in filters.offered(console.coordinator.workers[name].source)],
     )  # fmt: skip
 
 

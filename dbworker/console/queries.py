@@ -20,8 +20,8 @@ from sqlalchemy import orm
 
 import dbworker
 from dbworker import redact
-from dbworker.console import timeline
-from dbworker.sql import browse, claimer, keys, pauses
+from dbworker.console import filters, timeline
+from dbworker.sql import browse, claimer, keys, pauses, tables
 from dbworker.wakeups import dependencies
 
 PAGE_SIZE = 50
@@ -157,15 +157,20 @@ def items(
     before: Any = None,
     source_id: Any = None,
     limit: int = PAGE_SIZE,
+    where: filters.ItemFilter | None = None,
 ) -> tuple[list[dict[str, Any]], Any]:
-    """One page of ``worker``'s items, newest (highest key) first, and the key the next page
-    starts below (None: the last page).
+    """One page of ``worker``'s items meeting ``status`` and ``where``, newest (highest key)
+    first, and the key the next page starts below (None: the last page).
     """
-    table = coordinator.workers[worker].table
+    view = coordinator.workers[worker]
+    table = view.table
+    source = tables.source_key(view.source).table
+    chosen = where or filters.ItemFilter()
     with coordinator.engine.connect() as conn:
         found = browse.page(
-            conn, table, statuses=[status] if status else [], before=before, source_id=source_id, limit=limit
-        )
+            conn, table, statuses=[status] if status else [], before=before, source_id=source_id, limit=limit,
+            conditions=chosen.conditions(table, source), source=source if chosen.needs_source else None,
+        )  # fmt: skip
         now = browse.server_now(conn)
     return [item_row(r, now) for r in found.rows], (found.last_key if found.more else None)
 

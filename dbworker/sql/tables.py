@@ -105,6 +105,11 @@ def not_before_index_name(worker: str) -> str:
     return names.identifier(f"ix_{table_name(worker)}_not_before")
 
 
+def ended_at_index_name(worker: str) -> str:
+    """The console's time filters (``since``, ``until``) read ``ended_at`` through it."""
+    return names.identifier(f"ix_{table_name(worker)}_ended_at")
+
+
 # Columns added after 0.0.1, in the order the upgrade adds them (each with a server default
 # or nullable, so existing rows stay valid and 0.0.1 code that never writes them still works).
 ADDED_COLUMNS = ("attempts", "not_before", "traceback", "claimed_by", "ended_at",
@@ -163,6 +168,7 @@ def work_table(worker: str, source: Any) -> sa.Table:
         sa.Column("progress_at", MICROSECONDS, nullable=True),
         sa.Index(status_index_name(worker), "execution_status"),
         sa.Index(not_before_index_name(worker), "not_before"),
+        sa.Index(ended_at_index_name(worker), "ended_at"),
         info={"dbworker_source": key.table},
     )
     cascade_on_sqlite(table)

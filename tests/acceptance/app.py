@@ -28,7 +28,7 @@ class Base(DeclarativeBase):
 class Task(Base):
     __tablename__ = "tasks"
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
-    kind: Mapped[str] = mapped_column(sa.String(20), default="main")
+    kind: Mapped[str] = mapped_column(sa.String(20), default="main", index=True)  # offered by the console's filters
     action: Mapped[str] = mapped_column(sa.String(20), default="finish")
     seconds: Mapped[float] = mapped_column(sa.Float, default=0.0)
     result: Mapped[str | None] = mapped_column(sa.String(100), nullable=True)
