@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
-from dbworker.console import actions, queries
+from dbworker.console import actions, queries, sets
 from dbworker.console.context import (
     acting_on,
     console_of,
@@ -93,6 +93,31 @@ def cancel(request: Request, worker: str, item_id: str) -> dict[str, Any]:
 def retry_all(request: Request, worker: str) -> dict[str, Any]:
     console, name = acting_on(request, worker)
     return {"retried": actions.retry_all(console.coordinator, name, who=who_of(request).name)}
+
+
+@router.post(
+    "/workers/{worker}/act/{action}",
+    summary="Retry, cancel or run again every item the filter matches (the items endpoint's parameters), in batches",
+    description="`action`: `retry` (failed items), `cancel` (working and unfinished ones) or `run-again` (finished and "
+    "failed ones). Answers how many changed; `dry_run=true` only counts (up to 100,000, then 100,001). Each action "
+    "leaves an audit line (`GET /api/workers/{worker}/actions`).",
+)
+def act(request: Request, worker: str, action: str, dry_run: bool = False) -> dict[str, Any]:
+    console, name = acting_on(request, worker)
+    if action not in sets.ACTIONS:
+        raise HTTPException(404, f"unknown action {action!r} (one of {', '.join(sets.ACTIONS)})")
+    where = filter_or_400(console, name, [(k, v) for k, v in request.query_params.multi_items() if k != "dry_run"])
+    if dry_run:
+        return {"action": action, "filter": dict(where.params()), "matching": sets.count(console.coordinator, name, where, action)}
+    changed = sets.act(console.coordinator, name, where, action, who=who_of(request).name)
+    return {"action": action, "filter": dict(where.params()), "changed": changed}
+
+
+@router.get("/workers/{worker}/actions", summary="The latest actions on sets of a worker's items: who, filter, how many")
+def set_actions(request: Request, worker: str) -> dict[str, Any]:
+    console = console_of(request)
+    name = worker_or_404(console, worker)
+    return {"worker": name, "actions": sets.recent(console.coordinator, name)}
 
 
 @router.post("/workers/{worker}/pause", summary="Stop claiming for a worker in every pod (running handlers finish)")
