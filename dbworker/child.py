@@ -51,6 +51,7 @@ class ChildConfig:
     log: tuple[str, str, tuple[str, ...]] | None = field(default=None, repr=False)
     retry: Retry | None = None  # the worker's retry policy, for failures the handler raises
     history_logs: bool = True  # keep each attempt's log records with its history row
+    history: bool = True  # record attempts at all (Coordinator(history_attempts=0): no)
 
 
 class CommittedBehindOurBack(RuntimeError):
@@ -101,14 +102,14 @@ class Runner:
         self.engine = sa.create_engine(config.database_url, **config.engine_options) if engine is None else engine
         self.table = tables.work_table(config.worker, config.source)
         self.secrets = redact.url_secrets(config.database_url)
-        self.history = history.history_table(self.table)
+        self.history = history.history_table(self.table) if config.history else None
         self.claimed_by = claimer.identity(config.parent_pid)  # the pod process that claims
         self._attempt = history.Attempt(self.history, None, self.claimed_by)
         # The handler's log records, kept with the attempt's history row: in memory until the
         # row is written with the outcome (the fenced commit, or the failure's own transaction
         # after the rollback), so they survive a rollback and a failure; a crash loses them.
         self._capture: attemptlogs.Capture | None = None
-        if config.history_logs:
+        if config.history_logs and config.history:
             self._capture = attemptlogs.Capture(self.secrets + (config.log[2] if config.log else ()))
             logging.getLogger().addHandler(self._capture)
         self._complete = items.Completer(self.table)

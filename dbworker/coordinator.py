@@ -382,7 +382,8 @@ class Coordinator:
             selected = [self._get(n) for n in names]
             configs = {w.name: startup.child_config(w, self._url, engine_options=self._engine_options,
                                                     transaction_pooler=self._transaction_pooler,
-                                                    secrets=self._secrets, history_logs=self.history_logs)
+                                                    secrets=self._secrets, history_logs=self.history_logs,
+                                                    history=self.history_attempts > 0)
                        for w in selected}  # fmt: skip
             startup.check_layout(self.engine, [w.table for w in selected])
             self._started = True

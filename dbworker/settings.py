@@ -43,10 +43,11 @@ def check_logs(value: object) -> bool:
 
 
 def check_history(attempts: object, days: object) -> tuple[int, float]:
-    """``history_attempts`` (a positive int) and ``history_days`` (positive); ``ValueError``
-    naming the field otherwise."""
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-        raise ValueError(f"history_attempts must be a positive integer (attempts kept per item), got {attempts!r}")
+    """``history_attempts`` (an int >= 0; 0 records no attempts) and ``history_days``
+    (positive); ``ValueError`` naming the field otherwise."""
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 0:
+        raise ValueError(f"history_attempts must be an integer >= 0 (attempts kept per item; 0 records none), "
+                         f"got {attempts!r}")
     if isinstance(days, bool) or not isinstance(days, int | float) or not days > 0:
         raise ValueError(f"history_days must be a positive number of days (attempts kept this long), got {days!r}")
     bounds.check(days * 86400.0, bounds.WAIT, field="history_days (in seconds)")

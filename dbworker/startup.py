@@ -45,6 +45,7 @@ def child_config(
     transaction_pooler: bool,
     secrets: tuple[str, ...],
     history_logs: bool = True,
+    history: bool = True,
 ) -> ChildConfig:
     """What ``worker``'s handler processes are given; ``ValueError`` when it cannot be pickled."""
     rendered = url.render_as_string(hide_password=False)
@@ -60,6 +61,7 @@ def child_config(
         log=_child_logging(),
         retry=worker.retry,
         history_logs=history_logs,
+        history=history,
     )
     try:
         pickle.dumps(config)

@@ -36,7 +36,7 @@ _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 class Attempt:
     """What the process recording an attempt's outcome knows of it besides the outcome."""
 
-    table: sa.Table  # the worker's history table
+    table: sa.Table | None  # the worker's history table; None: no history kept (history_attempts=0)
     started_at: dt.datetime | None  # naive UTC
     claimed_by: str | None  # host:pid of the pod process that claimed it
     # The attempt's log records so far, as the ``logs`` column keeps them (``attemptlogs``);
@@ -46,6 +46,8 @@ class Attempt:
     def record(self, conn: Connection, source_id: Any, outcome: str, *, error: str | None = None,
                traceback: str | None = None) -> None:  # fmt: skip
         """``record`` this attempt with its ``outcome`` and the records logged until now; no commit."""
+        if self.table is None:
+            return
         record(conn, self.table, source_id, outcome=outcome, started_at=self.started_at,
                claimed_by=self.claimed_by, error=error, traceback=traceback,
                logs=None if self.logs is None else self.logs())  # fmt: skip

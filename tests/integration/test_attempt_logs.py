@@ -103,3 +103,16 @@ def test_inspect_item_prints_each_attempts_records(app: App, capsys: pytest.Capt
     out = capsys.readouterr().out
     assert f"WARNING tests.items: item {i} record 2 via postgresql://bob:***@db/x" in out
     assert "hunter22" not in out
+
+
+def test_history_attempts_zero_records_no_attempt(app: App) -> None:
+    c = app.coordinator(history_attempts=0, timeout=1.0)
+    [ok, failing, crash] = app.add("log:1", "logfail:1", "kill")
+    c.start()
+    app.wait_status([ok, failing, crash])
+    assert [app.status(i) for i in (ok, failing, crash)] == [ExecutionStatus.FINISHED, ExecutionStatus.FAILED,
+                                                            ExecutionStatus.FAILED]  # fmt: skip
+    assert _logs(app, ok) == _logs(app, failing) == _logs(app, crash) == []
+    table = history.history_table(c.workers["items"].table)
+    with app.db.engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(table)).scalar() == 0

@@ -142,7 +142,7 @@ def test_the_loop_prunes_with_the_coordinator_settings(app: App) -> None:
 
 def test_history_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="history_attempts"):
-        basic.build("sqlite://", app_tables=False, work_tables=False, history_attempts=0)
+        basic.build("sqlite://", app_tables=False, work_tables=False, history_attempts=-1)
     with pytest.raises(ValueError, match="history_days"):
         basic.build("sqlite://", app_tables=False, work_tables=False, history_days=-1)
 
