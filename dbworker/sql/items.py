@@ -308,9 +308,7 @@ def cancel(conn: Connection, table: sa.Table, source_id: Any) -> bool:
     handler, and the fence discards whatever it would commit. True if something was cancelled.
     """
     w = table.c
-    values = {"execution_status": FAILED, "claim_token": CANCELLED, "lease_expires_at": None,
-              "error": CANCELLED, "traceback": None, "not_before": None,
-              "ended_at": dialects.of(conn).now()}  # fmt: skip
+    values = _cancelled(conn)
     update = sa.update(table).where(w.source_id == source_id, w.execution_status.not_in(DONE)).values(**values)
     for _ in range(2):
         if conn.execute(update).rowcount == 1:
@@ -329,8 +327,10 @@ def cancel(conn: Connection, table: sa.Table, source_id: Any) -> bool:
     return False
 
 
-def reset(session: Session, table: sa.Table, which: sa.ColumnElement[bool], *, source_table: str) -> int:
-    """Set the FAILED items ``which`` selects back to UNFINISHED, error and claim cleared; how many.
+def reset(session: Session, table: sa.Table, which: sa.ColumnElement[bool], *, source_table: str,
+          statuses: Sequence[str] = (FAILED,)) -> int:  # fmt: skip
+    """Set the items ``which`` selects that are in ``statuses`` (FAILED; FINISHED too to run
+    them again) back to UNFINISHED, error and claim cleared; how many.
 
     The reset keys are announced on ``source_table`` (``notify.announce_rows``: NOTIFY, or
     the change table) with the caller's commit, so pods whose claim sweep passed these items
@@ -339,7 +339,7 @@ def reset(session: Session, table: sa.Table, which: sa.ColumnElement[bool], *, s
     w = table.c
     reset = (
         sa.update(table)
-        .where(which, w.execution_status == FAILED)
+        .where(which, w.execution_status.in_(statuses))
         .values(
             execution_status=UNFINISHED,
             error=None,
@@ -355,10 +355,24 @@ def reset(session: Session, table: sa.Table, which: sa.ColumnElement[bool], *, s
         keys = list(conn.execute(reset.returning(w.source_id)).scalars())
         count = len(keys)
     else:  # no UPDATE ... RETURNING: the keys first, under the same conditions
-        keys = list(conn.execute(sa.select(w.source_id).where(which, w.execution_status == FAILED)).scalars())
+        keys = list(conn.execute(sa.select(w.source_id).where(which, w.execution_status.in_(statuses))).scalars())
         count = int(getattr(conn.execute(reset), "rowcount", 0)) if keys else 0
     notify.announce_rows(conn, source_table, keys)
     return count
+
+
+def cancel_records(conn: Connection, table: sa.Table, source_ids: Sequence[Any]) -> int:
+    """``cancel`` the existing records of ``source_ids`` that are not FINISHED or FAILED, in
+    one statement; no commit. How many."""
+    w = table.c
+    update = sa.update(table).where(w.source_id.in_(list(source_ids)), w.execution_status.not_in(DONE))
+    return int(conn.execute(update.values(**_cancelled(conn))).rowcount)
+
+
+def _cancelled(conn: Connection) -> dict[str, Any]:
+    """What a cancel writes: FAILED, error ``cancelled``, the claim taken away (see ``cancel``)."""
+    return {"execution_status": FAILED, "claim_token": CANCELLED, "lease_expires_at": None,
+            "error": CANCELLED, "traceback": None, "not_before": None, "ended_at": dialects.of(conn).now()}  # fmt: skip
 
 
 def forget(conn: Connection, table: sa.Table, source_ids: Sequence[Any]) -> int:
