@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from dbworker import bounds
-from dbworker.contract import Eligible, ExecutionStatus, Handler
+from dbworker.contract import AsyncHandler, Eligible, ExecutionStatus, Handler
 from dbworker.retries import Retry
 from dbworker.schedules import ticks
 from dbworker.schedules.policy import Schedule
@@ -33,7 +33,7 @@ class RegisteredWorker:
 
     name: str
     source: Any
-    handler: Handler
+    handler: Handler | AsyncHandler
     eligible: Eligible | None
     concurrency: int
     table: sa.Table
@@ -42,6 +42,20 @@ class RegisteredWorker:
     timeout: float | None = None  # seconds a handler may run before it is ended
     due: Due | None = None  # transactional_worker(due=...): ``eligible`` is this, narrowed to due rows
     schedule: Schedule | None = None  # coordinator.periodic(...): the source is the ticks table
+    processes: int | None = None  # transactional_worker(processes=...); None: the default (process_count)
+
+    @property
+    def asynchronous(self) -> bool:
+        """The handler is ``async def``: its items run as coroutines, many per process."""
+        return is_async(self.handler)
+
+    @property
+    def process_count(self) -> int:
+        """Handler processes that carry the worker's items: ``processes``, else one for an
+        async handler and ``concurrency`` for a sync one (a process per item)."""
+        if self.processes is not None:
+            return self.processes
+        return 1 if self.asynchronous else self.concurrency
 
 
 def check_name(name: object) -> str:
@@ -89,6 +103,39 @@ def check_timeout(timeout: object) -> float | None:
         raise ValueError(f"timeout must be None or a positive number of seconds, got {timeout!r}")
     bounds.check(timeout, bounds.WAIT, field="timeout")
     return float(timeout)
+
+
+def describe_handler(handler: object) -> str:
+    """``module.qualname`` of a handler, as warnings name it."""
+    name = getattr(handler, "__qualname__", type(handler).__name__)
+    return f"{getattr(handler, '__module__', '?')}.{name}"
+
+
+def is_async(handler: object) -> bool:
+    """Whether ``handler`` is an ``async def`` function (or a partial of one)."""
+    return inspect.iscoroutinefunction(handler)
+
+
+def check_processes(processes: object, *, concurrency: int, handler: object, name: str) -> int | None:
+    """``processes`` of worker ``name`` as given (None: the default), or ``ValueError``: it
+    must be an integer from 1 to ``concurrency``, and equal to it for a sync handler."""
+    if processes is None:
+        return None
+    field = f"processes of worker {name!r}"
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        raise ValueError(f"{field} must be an integer >= 1, got {processes!r}")
+    if not is_async(handler) and processes != concurrency:
+        raise ValueError(
+            f"{field} must equal its concurrency ({concurrency}) for a sync handler, got {processes}: "
+            "a sync handler runs each item in a process of its own; leave processes out, or make "
+            "the handler `async def` to run many items per process"
+        )
+    if processes > concurrency:
+        raise ValueError(
+            f"{field} must be at most its concurrency ({concurrency}), got {processes}: each process "
+            "carries at least one item; raise concurrency or lower processes"
+        )
+    return processes
 
 
 def check_concurrency(concurrency: object, *, field: str = "concurrency") -> int:
@@ -239,4 +286,5 @@ class WorkerViews(Mapping[str, WorkerView]):
         return len(self._registry)
 
 
-__all__ = ["RegisteredWorker", "WorkerView", "WorkerViews", "check_concurrency", "check_handler", "check_name", "tables"]
+__all__ = ["RegisteredWorker", "WorkerView", "WorkerViews", "check_concurrency", "check_handler", "check_name",
+           "check_processes", "describe_handler", "is_async", "tables"]
