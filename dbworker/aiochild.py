@@ -53,7 +53,9 @@ class AsyncRunner:
     def __init__(self, config: child.ChildConfig, *, engine: AsyncEngine | None = None) -> None:
         self.config = config
         self._own_engine = engine is None
-        self.engine = engine or create_async_engine(drivers.async_url(config.database_url), **config.engine_options)
+        self.engine = engine or create_async_engine(
+            drivers.async_url(config.database_url), **drivers.async_engine_options(config.engine_options, config.capacity)
+        )
         self.table = tables.work_table(config.worker, config.source)
         self.secrets = redact.url_secrets(config.database_url)
         self.history = history.history_table(self.table)
