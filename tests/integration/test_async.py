@@ -185,3 +185,28 @@ def test_processes_is_checked(app: App) -> None:
         c.transactional_worker(name="async2", source=basic.Item, concurrency=2, processes=3)(asyncapp.handle)
     with pytest.raises(ValueError, match=r"processes of worker 'async3' must be an integer >= 1"):
         c.transactional_worker(name="async3", source=basic.Item, concurrency=2, processes=0)(asyncapp.handle)
+
+
+def _server_connections(app: App) -> int:
+    """Connections to this test's database, ours included (one)."""
+    with app.db.engine.connect() as conn:
+        if app.db.backend == "postgresql":
+            query = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        else:
+            query = "SELECT count(*) FROM information_schema.processlist WHERE db = database()"
+        return int(conn.exec_driver_sql(query).scalar_one())
+
+
+def test_items_waiting_on_io_hold_no_connection(app: App) -> None:
+    if app.db.backend == "sqlite":
+        pytest.skip("SQLite has no server connections to count")
+    n = 60
+    c = _coordinator(app, concurrency=n)
+    ids = app.add(*["sleep:4"] * n)
+    c.start()
+    wait_until(lambda: len(app.started()) == n, what="every item to be running")
+    # The handler process holds at most drivers.ASYNC_POOL_MAX (15); the coordinator its
+    # engine's pool (at most 15) and a listener: far fewer than one per item in flight.
+    held = _server_connections(app)
+    assert held <= 15 + 15 + 2 < n, held
+    app.wait_status(ids, FINISHED)

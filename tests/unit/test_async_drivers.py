@@ -31,7 +31,7 @@ def test_async_url_swaps_in_the_servers_asyncio_driver(url: str, expected: str) 
 
 
 def test_async_url_refuses_a_server_without_one() -> None:
-    with pytest.raises(ValueError, match="async handlers need an asyncio driver.*'oracle'"):
+    with pytest.raises(ValueError, match=r"async handlers need an asyncio driver.*'oracle'"):
         drivers.async_url("oracle://u@h/d")
 
 
