@@ -6,15 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from dbworker.sql import drivers
 from dbworker_operator import rules, spec
 from dbworker_operator.builders import deployment
+
+from dbworker.sql import drivers
 from tests.k8s import samples
 
 pytest.importorskip("celpy", reason="cel-python evaluates the CRD's CEL rules")
 
-from tests.k8s.apiserver_rules import check  # noqa: E402
+from tests.k8s.apiserver_rules import check
 
 
 def _full(**changes: Any) -> dict[str, Any]:
