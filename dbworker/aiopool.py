@@ -35,6 +35,16 @@ from dbworker.tuning import (
 log = logging.getLogger("dbworker")
 
 
+@dataclass(frozen=True)
+class Health:
+    """An async handler process's report: the worst lag of its event loop over the last
+    second, and the items it runs now."""
+
+    process: int
+    lag_seconds: float
+    in_flight: int
+
+
 @dataclass
 class Proc:
     index: int
@@ -125,7 +135,7 @@ class AsyncPool:
     def cancel_pending(self) -> None:
         pass  # nothing handed over waits to start
 
-    def wait(self, timeout: float, extra: list[Any]) -> tuple[list[Event], list[Any]]:
+    def wait(self, timeout: float, extra: list[Any]) -> tuple[list[Event | Health], list[Any]]:
         """Wait up to ``timeout`` for results, deaths or any of ``extra``; return what happened."""
         now = time.monotonic()
         for proc in self._procs:
@@ -141,7 +151,7 @@ class AsyncPool:
             assert p.conn is not None and p.process is not None
             handles += [p.conn, p.process.sentinel]
         ready = wait(handles, timeout)
-        events: list[Event] = []
+        events: list[Event | Health] = []
         for p in live:
             assert p.conn is not None and p.process is not None
             while p.conn in ready and _poll(p.conn):
@@ -154,7 +164,7 @@ class AsyncPool:
                 events += self._on_death(p)
         return events, [h for h in ready if h in extra]
 
-    def _on_message(self, proc: Proc, message: tuple[Any, ...]) -> list[Event]:
+    def _on_message(self, proc: Proc, message: tuple[Any, ...]) -> list[Event | Health]:
         if message[0] == messages.READY:
             with self._lock:
                 proc.state = State.IDLE
@@ -171,7 +181,7 @@ class AsyncPool:
                             "%.2f s (%d items in flight waited): a blocking call inside `async def`? Await it, "
                             "or run it with asyncio.to_thread()", self._config.worker, self._handler, what,
                             proc.index, lag, in_flight)  # fmt: skip
-            return []
+            return [Health(proc.index, float(lag), int(in_flight))]
         report: messages.Report = message[1]
         with self._lock:
             claim = proc.claims.pop(report.token)

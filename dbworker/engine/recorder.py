@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dbworker import messages
+from dbworker.aiopool import Health
 from dbworker.engine.context import Context
 from dbworker.engine.picker import Picker
 from dbworker.engine.runner import Runner
@@ -40,8 +41,12 @@ class Recorder:
         self._on_item_done = on_item_done
         self._stopping = stopping
 
-    def handle(self, ev: Done | Skipped | Died) -> bool:
+    def handle(self, ev: Done | Skipped | Died | Health) -> bool:
         """Record one pool event; True when a slot became free for claiming."""
+        if isinstance(ev, Health):
+            self._ctx.observer.loop_health(self._ctx.worker.name, process=ev.process, lag_seconds=ev.lag_seconds,
+                                           in_flight=ev.in_flight)  # fmt: skip
+            return False
         if isinstance(ev, Done):
             self._done(ev)
             return True

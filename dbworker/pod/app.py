@@ -100,8 +100,8 @@ def apply_overrides(coordinator: dbworker.Coordinator, options: opts.Options) ->
     known = list(coordinator.workers)
     pairs: dict[str, int] = options.values.get("concurrency") or {}
     processes: dict[str, int] = options.values.get("processes") or {}
-    for key, given in (("concurrency", pairs), ("processes", processes)):
-        for name in given:
+    for key, named in (("concurrency", pairs), ("processes", processes)):
+        for name in named:
             if name not in known:
                 raise termination.CommandError(
                     f"unknown worker {name!r} in {options.source(key)}; known workers: {', '.join(known)}",

@@ -139,15 +139,26 @@ def test_a_killed_process_fails_its_items_without_retry(app: App) -> None:
     app.wait_status([later], FINISHED)  # a new process took over
 
 
+class Health(Observer):
+    def __init__(self) -> None:
+        self.reports: list[tuple[int, float, int]] = []
+
+    def loop_health(self, worker: str, *, process: int, lag_seconds: float, in_flight: int) -> None:
+        self.reports.append((process, lag_seconds, in_flight))
+
+
 def test_a_blocked_loop_is_reported_and_its_process_replaced(app: App, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="dbworker")
     c = _coordinator(app, concurrency=4, timeout=2)
+    health = Health()
+    c.add_observer(health)
     blocker, neighbour = app.add("block:20", "sleep:1")
     c.start()
     wait_until(lambda: app.started(blocker), what="the blocking handler to start")
     [pid] = c.handler_pids()
     wait_until(lambda: "blocked the event loop" in caplog.text, timeout=30, what="the blocked-loop warning")
     assert "tests.apps.asyncapp.handle" in caplog.text and f"item {blocker!r}" in caplog.text
+    wait_until(lambda: any(lag >= 0.5 and n == 2 for _, lag, n in health.reports), what="the lag in a health report")
     app.wait_status([blocker], (ExecutionStatus.FAILED,), timeout=60)
     assert "timed out" in (app.state(blocker) or {})["error"]
     wait_until(lambda: not pid_alive(pid), what="the blocked process to end")
