@@ -4,12 +4,13 @@ claim, AsyncSession and fenced commit; the same outcomes and guarantees as sync 
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import pytest
 from sqlalchemy.orm import Session
 
-from dbworker import Coordinator, ExecutionStatus, Retry
+from dbworker import Coordinator, ExecutionStatus, Retry, testing
 from dbworker.observe import Observer
 from tests.apps import asyncapp
 from tests.helpers import kill, pid_alive, wait_until
@@ -221,3 +222,19 @@ def test_items_waiting_on_io_hold_no_connection(app: App) -> None:
     held = _server_connections(app)
     assert held <= 15 + 15 + 2 < n, held
     app.wait_status(ids, FINISHED)
+
+
+def test_drain_runs_async_handlers_in_the_calling_process(app: App) -> None:
+    c = _coordinator(app, retry=Retry(max_attempts=2, delay=0))
+    finish, steps, fail = app.add("finish", "unfinished:2", "fail")
+    assert testing.drain(c) == {"items": 5}  # 1 + 2 steps + 2 attempts
+    assert app.status(finish) is ExecutionStatus.FINISHED and app.status(steps) is ExecutionStatus.FINISHED
+    assert app.status(fail) is ExecutionStatus.FAILED and app.outputs(fail) == []
+    assert {o.pid for o in app.outputs()} == {os.getpid()}  # no handler process
+    assert c.handler_pids() == [] and testing.drain(c) == {"items": 0}
+
+
+def test_drain_of_async_handlers_refuses_an_in_memory_database() -> None:
+    c = asyncapp.build("sqlite://")
+    with pytest.raises(ValueError, match="cannot see an in-memory SQLite database; use a file"):
+        testing.drain(c)
