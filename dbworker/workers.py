@@ -166,6 +166,16 @@ class WorkerView:
         return self._w.concurrency
 
     @property
+    def processes(self) -> int:
+        """Handler processes carrying its items (docs/async.md)."""
+        return self._w.process_count
+
+    @property
+    def asynchronous(self) -> bool:
+        """Its handler is ``async def``: items run as coroutines, many per process."""
+        return self._w.asynchronous
+
+    @property
     def source(self) -> Any:
         return self._w.source
 

@@ -238,3 +238,16 @@ def test_drain_of_async_handlers_refuses_an_in_memory_database() -> None:
     c = asyncapp.build("sqlite://")
     with pytest.raises(ValueError, match="cannot see an in-memory SQLite database; use a file"):
         testing.drain(c)
+
+
+def test_inspect_and_the_console_show_an_async_workers_processes(app: App) -> None:
+    from dbworker.console import queries
+    from dbworker.pod import admin
+
+    c = _coordinator(app, concurrency=200, processes=2)
+    [entry] = admin.inspect_report(c, ["items"], failed=False)
+    assert (entry["concurrency"], entry["processes"], entry["async"]) == (200, 2, True)
+    assert admin.render_async([entry]) == "  items: 200 coroutines in 2 handler processes per pod"
+    [summary] = queries.overview(c)
+    assert (summary.concurrency, summary.processes, summary.asynchronous) == (200, 2, True)
+    assert summary.as_json()["processes"] == 2
