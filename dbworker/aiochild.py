@@ -58,7 +58,7 @@ class AsyncRunner:
         )
         self.table = tables.work_table(config.worker, config.source)
         self.secrets = redact.url_secrets(config.database_url)
-        self.history = history.history_table(self.table)
+        self.history = history.history_table(self.table) if config.history else None
         self.claimed_by = claimer.identity(config.parent_pid)
         self._complete = items.Completer(self.table)
         self._load = statements.load_source(config.source)
@@ -162,13 +162,13 @@ class AsyncRunner:
                 item.after = after
             else:
                 status = ExecutionStatus.FINISHED if isinstance(result, Finished) else ExecutionStatus.UNFINISHED
-                current = await conn.run_sync(lambda c: self._complete(c, claim, status))
+                current = await conn.run_sync(lambda c: self._complete(c, claim, status, item.attempt))
             if not current:
                 await _rollback(session)
                 item.exc = LostClaim(f"the claim of item {claim.source_id!r} is no longer ours")
                 return await self._gone_or(claim, (LOST, None))
-            value = (FINISHED if isinstance(result, Finished) else UNFINISHED).value
-            await conn.run_sync(lambda c: item.attempt.record(c, claim.source_id, value))
+            if after:  # the completer records the attempt itself
+                await conn.run_sync(lambda c: item.attempt.record(c, claim.source_id, UNFINISHED.value))
             session.sync_session.info[child.MAY_COMMIT] = True
             await session.commit()
         except asyncio.CancelledError:

@@ -6,6 +6,7 @@ it never commits (the caller does).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import pickle
 import re
@@ -136,6 +137,20 @@ def check_processes(processes: object, *, concurrency: int, handler: object, nam
             "carries at least one item; raise concurrency or lower processes"
         )
     return processes
+
+
+def with_concurrency(worker: RegisteredWorker, concurrency: object) -> RegisteredWorker:
+    """``worker`` with ``concurrency`` (checked); a sync worker's processes follow it."""
+    n = check_concurrency(concurrency, field=f"concurrency of {worker.name}")
+    processes = worker.processes if worker.asynchronous else None
+    check_processes(processes, concurrency=n, handler=worker.handler, name=worker.name)
+    return dataclasses.replace(worker, concurrency=n, processes=processes)
+
+
+def with_processes(worker: RegisteredWorker, processes: object) -> RegisteredWorker:
+    """``worker`` with ``processes`` (checked as at registration)."""
+    checked = check_processes(processes, concurrency=worker.concurrency, handler=worker.handler, name=worker.name)
+    return dataclasses.replace(worker, processes=checked)
 
 
 def check_concurrency(concurrency: object, *, field: str = "concurrency") -> int:
@@ -296,5 +311,17 @@ class WorkerViews(Mapping[str, WorkerView]):
         return len(self._registry)
 
 
-__all__ = ["RegisteredWorker", "WorkerView", "WorkerViews", "check_concurrency", "check_handler", "check_name",
-           "check_processes", "describe_handler", "is_async", "tables"]
+__all__ = [
+    "RegisteredWorker",
+    "WorkerView",
+    "WorkerViews",
+    "check_concurrency",
+    "check_handler",
+    "check_name",
+    "check_processes",
+    "describe_handler",
+    "is_async",
+    "tables",
+    "with_concurrency",
+    "with_processes",
+]
