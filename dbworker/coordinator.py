@@ -10,7 +10,6 @@ expression are thin calls into ``status``.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import datetime as dt
 import logging
 import threading
@@ -23,6 +22,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from dbworker import backlog, redact, running, settings, startup
+from dbworker import workers as checks
 from dbworker.contract import Eligible, ExecutionStatus
 from dbworker.observe import Observer, Observers
 from dbworker.retries import Retry
@@ -30,15 +30,7 @@ from dbworker.schedules import policy, ticks
 from dbworker.sql import dialects, history, pauses, poolers, status, sweeps, tables, upgrade
 from dbworker.sql.dialects import connect
 from dbworker.sql.due import Due, column_of
-from dbworker.workers import (
-    RegisteredWorker,
-    WorkerViews,
-    check_concurrency,
-    check_handler,
-    check_name,
-    check_retry,
-    check_timeout,
-)
+from dbworker.workers import RegisteredWorker, WorkerViews
 
 log = logging.getLogger("dbworker")
 
@@ -167,10 +159,12 @@ class Coordinator:
     def set_concurrency(self, name: str, concurrency: int) -> None:
         """Override one worker's concurrency before ``start()``."""
         self._check_not_started("set_concurrency")
-        worker = self._get(name)
-        self._registry[name] = dataclasses.replace(
-            worker, concurrency=check_concurrency(concurrency, field=f"concurrency of {name}")
-        )
+        self._registry[name] = checks.with_concurrency(self._get(name), concurrency)
+
+    def set_processes(self, name: str, processes: int) -> None:
+        """Override one worker's handler processes before ``start()`` (checked as at registration)."""
+        self._check_not_started("set_processes")
+        self._registry[name] = checks.with_processes(self._get(name), processes)
 
     @property
     def transaction_pooler(self) -> bool:
@@ -202,6 +196,7 @@ class Coordinator:
         retry: Retry | None = None,
         timeout: float | None = None,
         due: Any = None,
+        processes: int | None = None,
     ) -> Callable[[F], F]:
         """Register the decorated function as worker ``name``'s handler; return it unchanged.
 
@@ -209,8 +204,10 @@ class Coordinator:
         SPEC). ``timeout``: seconds a handler may run before its process is ended and the
         attempt fails (None: no limit). ``due``: a nullable naive-UTC DateTime column of the
         source (``due=Post.publish_at``); a row is claimable only once it is set and not
-        later than the database's clock, and the coordinator wakes for it on time. Bad
-        arguments raise ``ValueError`` naming them.
+        later than the database's clock, and the coordinator wakes for it on time.
+        ``processes``: handler processes carrying the ``concurrency`` items; an ``async def``
+        handler runs many items per process (default 1), a sync one a process per item (it
+        must equal ``concurrency``). Bad arguments raise ``ValueError`` naming them.
         """
         self._check_not_started("transactional_worker")
         self._check_new_name(name)
@@ -218,7 +215,8 @@ class Coordinator:
         if eligible is not None and not callable(eligible):
             raise ValueError(f"eligible must be a zero-argument callable returning a select(), got {eligible!r}")
         found = None if due is None else Due(column_of(tables.source_mapper(source), due), key, eligible)
-        return self._register(name, source, found or eligible, concurrency, retry, timeout, due=found)
+        return self._register(name, source, found or eligible, concurrency, retry, timeout, due=found,
+                              processes=processes)  # fmt: skip
 
     def periodic(
         self,
@@ -253,31 +251,32 @@ class Coordinator:
 
     def _register(self, name: str, source: Any, eligible: Eligible | None, concurrency: int,
                   retry: Retry | None, timeout: float | None, *, due: Due | None = None,
-                  schedule: policy.Schedule | None = None) -> Callable[[F], F]:  # fmt: skip
+                  schedule: policy.Schedule | None = None, processes: int | None = None) -> Callable[[F], F]:  # fmt: skip
         """Check the arguments every kind of worker shares; return the decorator that registers."""
         key = tables.source_key(source)
-        check_concurrency(concurrency)
-        retry = check_retry(retry)
-        timeout = check_timeout(timeout)
+        checks.check_concurrency(concurrency)
+        retry = checks.check_retry(retry)
+        timeout = checks.check_timeout(timeout)
         table = tables.work_table(name, source)
         history.history_table(table)  # beside it in the MetaData, so create_all() makes both
 
         def register(handler: F) -> F:
-            check_handler(name, handler)
+            checks.check_handler(name, handler)
+            checks.check_processes(processes, concurrency=concurrency, handler=handler, name=name)
             if name in self._registry:
                 raise ValueError(f"worker name {name!r} is already registered on this coordinator")
             self._check_not_started("transactional_worker" if schedule is None else "periodic")
             self._registry[name] = RegisteredWorker(
                 name=name, source=source, handler=handler, eligible=eligible,
                 concurrency=concurrency, table=table, key=key, retry=retry, timeout=timeout,
-                due=due, schedule=schedule,
+                due=due, schedule=schedule, processes=processes,
             )
             return handler
 
         return register
 
     def _check_new_name(self, name: str) -> None:
-        check_name(name)
+        checks.check_name(name)
         if name in self._registry:
             raise ValueError(f"worker name {name!r} is already registered on this coordinator")
 

@@ -110,6 +110,28 @@ def record(conn: Connection, table: sa.Table, source_id: Any, *, outcome: str, s
     })  # fmt: skip
 
 
+def recorded(update: sa.Update, table: sa.Table) -> sa.Insert:
+    """The fenced write ``update`` of one work row and its attempt's row in ``table`` as one
+    statement (a data-modifying CTE: PostgreSQL), saving a round trip per item.
+
+    The UPDATE's RETURNING feeds the INSERT, so the attempt is recorded, and a row returned,
+    exactly when the fence matched. Parameters: the update's, then ``dbw_started``, ``dbw_outcome``, ``dbw_claimer``. Locks: the update's, and the
+    history row it inserts.
+    """
+    h = table.c
+    done = update.returning(update.table.c.source_id).cte("dbw_done")
+    rows = sa.select(
+        done.c.source_id,
+        sa.bindparam("dbw_started", type_=h.started_at.type),
+        dialects.server_now(),
+        sa.bindparam("dbw_outcome", type_=h.outcome.type),
+        sa.bindparam("dbw_claimer", type_=h.claimed_by.type),
+    )
+    columns = ["source_id", "started_at", "ended_at", "outcome", "claimed_by"]
+    # RETURNING, not the row count: SQLAlchemy keeps an INSERT's row count only when asked.
+    return sa.insert(table).from_select(columns, rows).add_cte(done).returning(h.source_id)
+
+
 @functools.cache
 def _insert(table: sa.Table) -> sa.Insert:
     # One statement object per table, so SQLAlchemy's compiled cache serves it.
@@ -154,14 +176,13 @@ def prune(conn: Connection, table: sa.Table, *, keep: int, days: float, since: d
     recent = conn.execute(
         sa.select(h.source_id).where(h.ended_at >= since).group_by(h.source_id).limit(batch)
     ).scalars().all()
-    # One grouped count (the (source_id, id) index) picks the items over the bound, so a pass
-    # over many items that all keep fewer costs two statements, not one per item.
-    over = conn.execute(
-        sa.select(h.source_id).where(h.source_id.in_(list(recent))).group_by(h.source_id)
-        .having(sa.func.count() > keep)
-    ).scalars().all() if recent else []
+    if recent:  # only the items over ``keep``: one grouped read, not one read per item
+        recent = conn.execute(
+            sa.select(h.source_id).where(h.source_id.in_(list(recent))).group_by(h.source_id)
+            .having(sa.func.count() > keep)
+        ).scalars().all()  # fmt: skip
     budget = batch
-    for source_id in over:
+    for source_id in recent:
         cut = conn.execute(
             sa.select(h.id).where(h.source_id == source_id).order_by(h.id.desc()).offset(keep).limit(1)
         ).scalar()

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from dbworker import retries
 from dbworker.contract import ExecutionStatus
 from dbworker.messages import Outcome
-from dbworker.sql import dialects, history, notify, statements, transactions
+from dbworker.sql import dialects, history, notify, statements, tables, transactions
 from dbworker.sql.states import CANCELLED, DONE, FAILED, UNFINISHED, WORKING, clip, fence
 
 NEW = "[*]"  # no work record yet: never claimed
@@ -144,28 +144,50 @@ def finish(conn: Connection, table: sa.Table, claim: Claim, status: ExecutionSta
 
 
 class Completer:
-    """``finish`` and ``unfinish`` (no wait) for one work table through ``Precompiled`` (a
-    handler process's hot path)."""
+    """``finish`` and ``unfinish`` (no wait) for one work table, with the attempt's history
+    row, through ``Precompiled`` (a handler process's hot path). Where the server allows
+    (``recorded_writes``) the fenced write and the history row are one statement."""
 
     def __init__(self, table: sa.Table) -> None:
         self._table = table
+        self._history = history.history_table(table)
         self._finish: statements.Precompiled | None = None
         self._step_over: statements.Precompiled | None = None
+        self._recorded = False
+        self._dialect: Any = None
 
-    def __call__(self, conn: Connection, claim: Claim, status: ExecutionStatus) -> bool:
-        if self._finish is None or self._step_over is None:
+    def __call__(self, conn: Connection, claim: Claim, status: ExecutionStatus, attempt: history.Attempt) -> bool:
+        """Record ``status`` (FINISHED or UNFINISHED) and the attempt if ``claim`` is still
+        current; no commit. Whether it was."""
+        if self._finish is None or self._step_over is None or conn.dialect is not self._dialect:
             self.prepare(conn)
         assert self._finish is not None and self._step_over is not None
         values: dict[str, Any] = {"dbw_sid": claim.source_id, "dbw_token": claim.token}
+        outcome = status.value  # the history's outcome names match: finished, unfinished
+        if self._recorded:
+            claimer = attempt.claimed_by
+            values |= {"dbw_started": attempt.started_at, "dbw_outcome": outcome,
+                       "dbw_claimer": None if claimer is None else claimer[:tables.CLAIMER_LENGTH]}  # fmt: skip
         if status is ExecutionStatus.UNFINISHED:
-            return bool(self._step_over.execute(conn, values).rowcount == 1)
-        values |= {"dbw_status": status.value, "dbw_error": None}
-        return bool(self._finish.execute(conn, values).rowcount == 1)
+            result = self._step_over.execute(conn, values)
+        else:
+            values |= {"dbw_status": status.value, "dbw_error": None}
+            result = self._finish.execute(conn, values)
+        current = dialects.inserted(result)  # a row returned (recorded), else the row count
+        if current and not self._recorded:
+            attempt.record(conn, claim.source_id, outcome)
+        return bool(current)
 
     def prepare(self, conn: Connection) -> None:
         """Compile for ``conn``'s dialect now (else on first use)."""
         st = statements.of(conn, self._table)
-        self._finish, self._step_over = statements.Precompiled(st.complete), statements.Precompiled(st.step_over)
+        self._dialect = conn.dialect
+        self._recorded = dialects.of(conn).recorded_writes
+        finish, step_over = (
+            (history.recorded(st.complete, self._history), history.recorded(st.step_over, self._history))
+            if self._recorded else (st.complete, st.step_over)
+        )  # fmt: skip
+        self._finish, self._step_over = statements.Precompiled(finish), statements.Precompiled(step_over)
         self._finish.prepare(conn.dialect)
         self._step_over.prepare(conn.dialect)
 
