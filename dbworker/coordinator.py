@@ -27,7 +27,7 @@ from dbworker.contract import Eligible, ExecutionStatus
 from dbworker.observe import Observer, Observers
 from dbworker.retries import Retry
 from dbworker.schedules import policy, ticks
-from dbworker.sql import dialects, history, pauses, poolers, status, sweeps, tables, upgrade
+from dbworker.sql import dialects, history, pauses, poolers, status, sweeps, tables, traces, upgrade
 from dbworker.sql.dialects import connect
 from dbworker.sql.due import Due, column_of
 from dbworker.workers import (
@@ -253,6 +253,7 @@ class Coordinator:
         timeout = check_timeout(timeout)
         table = tables.work_table(name, source)
         history.history_table(table)  # beside it in the MetaData, so create_all() makes both
+        traces.side_table(key.table)  # the writers' trace contexts (dbworker.otel), the same
 
         def register(handler: F) -> F:
             check_handler(name, handler)
@@ -338,7 +339,8 @@ class Coordinator:
         """
         scheduled = [ticks.TABLE] if any(w.schedule for w in self._registry.values()) else []
         work = [w.table for w in self._registry.values()]
-        own = [*scheduled, *work, *map(history.history_table, work), pauses.TABLE, sweeps.TABLE]
+        own = [*scheduled, *work, *map(history.history_table, work), pauses.TABLE, sweeps.TABLE,
+               *{id(t): traces.side_table(t) for t in self._sources()}.values()]
         changes = upgrade.ensure(self.engine, own)
         return changes + upgrade.wakeup_triggers(self.engine, self._sources(), install=wakeup_triggers)
 

@@ -18,8 +18,9 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from dbworker import child
+from dbworker import child, tracing
 from dbworker.backoff import Backoff
+from dbworker.engine import spans as item_spans
 from dbworker.engine.context import Context
 from dbworker.engine.fetch import Fetcher
 from dbworker.engine.picker import Picker
@@ -96,7 +97,8 @@ class WorkerLoop:
         self.worker = worker
         self.engine = engine
         self._ctx = Context(worker, engine, settings, observer, secrets,
-                            hint or poolers.Hint(transaction_pooler=False))  # fmt: skip
+                            hint or poolers.Hint(transaction_pooler=False),
+                            spans=item_spans.for_worker(worker, engine))  # fmt: skip
         self._waker = Waker()
         self._stopping = threading.Event()
         self.claims_stopped = threading.Event()  # set once the loop saw the stop: no claim runs
@@ -162,6 +164,9 @@ class WorkerLoop:
         """These claims are no longer ours (cancelled, or taken over): end their handlers now
         (any thread). Their writes roll back with the process; nothing is recorded for them.
         """
+        if self._ctx.spans is not None:
+            for c in lost:
+                self._ctx.spans.event(c.token, tracing.LEASE_LOST)
         if self.runner.claims_lost({c.token for c in lost}):
             self._waker.wake()
 
@@ -179,6 +184,8 @@ class WorkerLoop:
                 self.pool.shutdown()
             finally:
                 self._waker.close()
+                if self._ctx.spans is not None:
+                    self._ctx.spans.end_all("aborted")
                 self._ctx.observer.loop_ended(name)
 
     def _loop(self) -> None:

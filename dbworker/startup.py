@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
-from dbworker import logs, redact
+from dbworker import logs, redact, tracing
 from dbworker.child import ChildConfig
 from dbworker.sql import dialects, history, pauses, poolers, upgrade
 from dbworker.workers import RegisteredWorker
@@ -58,6 +58,7 @@ def child_config(
         parent_pid=os.getpid(),
         log=_child_logging(),
         retry=worker.retry,
+        tracing=tracing.tracer() is not None,
     )
     try:
         pickle.dumps(config)
