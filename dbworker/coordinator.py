@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from dbworker import backlog, redact, running, settings, startup
+from dbworker import backlog, redact, running, settings, startup, tracing
 from dbworker.contract import Eligible, ExecutionStatus
 from dbworker.observe import Observer, Observers
 from dbworker.retries import Retry
@@ -422,6 +422,7 @@ class Coordinator:
     def _finish(self, run: running.Running) -> None:
         run.finish()
         _live.discard(self)
+        tracing.flush()  # the items' spans reach the exporter before the pod goes
 
     # --- helpers -------------------------------------------------------------------------
     def _get(self, name: str) -> RegisteredWorker:

@@ -93,8 +93,9 @@ def _written(new: Iterable[Any], dirty: Iterable[Any]) -> dict[sa.Table, list[An
     out: dict[sa.Table, list[Any]] = {}
     for obj in (*new, *dirty):
         state = sa.inspect(obj)
-        identity = state.identity
-        if identity is None or len(identity) != 1:
+        # Not state.identity: a new object's is set only after this event; its key columns are.
+        identity = state.mapper.primary_key_from_instance(obj)
+        if len(identity) != 1 or identity[0] is None:
             continue
         table = state.mapper.base_mapper.local_table
         if isinstance(table, sa.Table):
