@@ -4,7 +4,7 @@
 from the environment), instruments its engine with ``dbworker.otel.instrument`` and writes
 one ``items`` row per action inside a request span; the last action's row is written with a
 Core insert (its context cannot travel). Prints JSON: the ids, the request span's ids.
-``consume URL LOGFILE ID...``: the "pod": the basic app's coordinator, tracing configured the
+``consume URL LOGFILE TIMEOUT RETRIES ID...``: the "pod": the basic app's coordinator, tracing configured the
 standard way (the ``OTEL_*`` environment), JSON logs to LOGFILE; stops once every item ended.
 """
 
@@ -49,18 +49,30 @@ def produce(url: str, actions: list[str]) -> None:
     print(json.dumps({"ids": ids, "trace_id": f"{ctx.trace_id:032x}", "span_id": f"{ctx.span_id:016x}"}))
 
 
-def consume(url: str, logfile: str, ids: list[int]) -> None:
+def consume(url: str, logfile: str, timeout: float | None, retries: int, ids: list[int]) -> None:
+    """``timeout``: the worker's (0: none); ``retries``: attempts its Retry allows (0: no Retry).
+    Items whose action is ``dbwait`` are cancelled once their handler started (lease lost)."""
     with open(logfile, "w") as stream:
         logs.setup(fmt="json", stream=stream)
-        coordinator = basic.build(url, poll_seconds=0.05, max_poll_seconds=0.5,
-                                  retry=Retry(max_attempts=3, delay=0.05, backoff=1.0))  # fmt: skip
+        retry = Retry(max_attempts=retries, delay=0.05, backoff=1.0) if retries else None
+        coordinator = basic.build(url, poll_seconds=0.05, max_poll_seconds=0.5, lease_seconds=3, retry=retry,
+                                  timeout=timeout or None)  # fmt: skip
         coordinator.start()
+        with Session(coordinator.engine) as s:
+            waiting = set(s.scalars(sa.select(basic.Item.id).where(basic.Item.id.in_(ids),
+                                                                   basic.Item.action == "dbwait")))  # fmt: skip
         deadline = time.monotonic() + 120
         done = (ExecutionStatus.FINISHED, ExecutionStatus.FAILED)
         while time.monotonic() < deadline:
             with Session(coordinator.engine) as s:
-                if all(coordinator.execution_status(s, worker="items", source_id=i) in done for i in ids):
-                    break
+                started = set(s.scalars(sa.select(basic.Started.item_id).where(basic.Started.item_id.in_(waiting))))
+                for key in started:
+                    coordinator.workers["items"].cancel(s, key)
+                    waiting.discard(key)
+                s.commit()
+                statuses = [coordinator.execution_status(s, worker="items", source_id=i) for i in ids]
+            if all(st in done for st in statuses) and not waiting:
+                break
             time.sleep(0.05)
         coordinator.stop(timeout=30)
 
@@ -70,4 +82,4 @@ if __name__ == "__main__":
     if command == "produce":
         produce(url, rest)
     else:
-        consume(url, rest[0], [int(i) for i in rest[1:]])
+        consume(url, rest[0], float(rest[1]), int(rest[2]), [int(i) for i in rest[3:]])

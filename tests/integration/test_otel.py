@@ -53,7 +53,7 @@ def test_one_trace_from_the_request_to_every_attempt_of_its_handlers(db: Databas
                                _env(endpoint, "api")))  # fmt: skip
         finish, fail, flaky, steps, core = made["ids"]
         logfile = tmp_path / "pod.log"
-        _run(["consume", db.url, str(logfile), *map(str, made["ids"])], _env(endpoint, "pod"))
+        _run(["consume", db.url, str(logfile), "0", "3", *map(str, made["ids"])], _env(endpoint, "pod"))
 
         def complete() -> bool:
             spans = got.all_spans()
@@ -116,3 +116,29 @@ def test_one_trace_from_the_request_to_every_attempt_of_its_handlers(db: Databas
     lines = [json.loads(line) for line in logfile.read_text().splitlines() if line.startswith("{")]
     [told] = [x for x in lines if f"handler failed for item {fail}:" in x["message"]]
     assert (told["trace_id"], told["span_id"]) == (failed_claim["trace_id"], failed_claim["span_id"])
+
+
+def test_crashes_timeouts_and_lost_claims_end_the_claim_span_with_their_outcome(db: Database, tmp_path: Path) -> None:
+    basic.build(db.url)
+    with receiver() as (endpoint, got):
+        made = json.loads(_run(["produce", db.url, "kill", "hang", "dbwait", "finish"], _env(endpoint, "api")))
+        crash, hang, cancelled, _ = made["ids"]
+        _run(["consume", db.url, str(tmp_path / "pod.log"), "2", "0", *map(str, made["ids"])], _env(endpoint, "pod"))
+
+        def ended() -> bool:
+            spans = got.all_spans()
+            return all(_of(spans, "claim items", i) for i in (crash, hang, cancelled))
+
+        wait_until(ended, timeout=60, what="the claim spans of the crashed, hung and cancelled items")
+        spans = got.all_spans()
+
+    [request] = [s for s in spans if s["name"] == "POST /items"]
+    expected = {crash: ("crashed", None), hang: ("timed_out", "dbworker.timed_out"),
+                cancelled: ("lost", "dbworker.lease_lost")}  # fmt: skip
+    for key, (outcome, event) in expected.items():
+        [claim] = _of(spans, "claim items", key)
+        assert claim["attributes"]["dbworker.outcome"] == outcome and claim["status"] == 2, claim
+        assert claim["trace_id"] == request["trace_id"] and claim["parent_id"] == request["span_id"]
+        if event is not None:
+            assert event in [e["name"] for e in claim["events"]], claim["events"]
+    assert "killed by SIGKILL" in _of(spans, "claim items", crash)[0]["status_message"]
