@@ -85,12 +85,12 @@ def _database(kind: str, sqlite_dir: str) -> str:
 def pod(url: str, mode: str, items: int, probes: int) -> dict[str, Any]:
     """One measured run in this process (see the module's doc); returns the figures."""
     engine = sa.create_engine(url)
-    Base.metadata.drop_all(engine)
-    coordinator = Coordinator(sessionmaker(engine), database_url=url, poll_seconds=0.05, max_poll_seconds=0.5)
-    coordinator.transactional_worker(name="otelbench", source=Job, concurrency=2)(handle)
     for table in ("otelbench_work", "otelbench_history", "dbworker_traces_otelbench_jobs"):
         with engine.begin() as conn:
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+    Base.metadata.drop_all(engine)
+    coordinator = Coordinator(sessionmaker(engine), database_url=url, poll_seconds=0.05, max_poll_seconds=0.5)
+    coordinator.transactional_worker(name="otelbench", source=Job, concurrency=2)(handle)
     Base.metadata.create_all(engine, tables=[Job.__table__, Picked.__table__])  # type: ignore[list-item]
     coordinator.create_worker_tables()
     writer = sa.create_engine(url)

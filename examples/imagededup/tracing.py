@@ -9,6 +9,7 @@ demo's receiver (``Receiver``) keeps what arrives as JSON lines and prints one t
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import threading
@@ -38,6 +39,9 @@ def setup_api(app: FastAPI, session_factory: sessionmaker[Any]) -> bool:
     trace.set_tracer_provider(provider)
     dbworker.otel.instrument(session_factory)
     tracer = trace.get_tracer("imagededup.api")
+    app.router.on_shutdown.append(provider.shutdown)
+    if importlib.util.find_spec("fastapi.telemetry") is not None:
+        return True  # FastAPI (0.165+) opens the request's server span itself
 
     @app.middleware("http")
     async def traced(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -48,7 +52,6 @@ def setup_api(app: FastAPI, session_factory: sessionmaker[Any]) -> bool:
             span.set_attribute("http.response.status_code", response.status_code)
             return response
 
-    app.router.on_shutdown.append(provider.shutdown)
     return True
 
 
@@ -67,7 +70,12 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                request = ExportTraceServiceRequest.FromString(body)
+                try:
+                    request = ExportTraceServiceRequest.FromString(body)
+                except Exception:  # noqa: BLE001 - a payload this receiver cannot read is refused
+                    self.send_response(400)
+                    self.end_headers()
+                    return
                 lines = []
                 for rs in request.resource_spans:
                     service = next((a.value.string_value for a in rs.resource.attributes

@@ -11,6 +11,7 @@ from typing import Any
 
 from dbworker_operator import spec
 from dbworker_operator.builders import deployment
+
 from tests.k8s import samples
 
 ROOT = Path(__file__).resolve().parents[2]
