@@ -37,8 +37,9 @@ def side_table(source: sa.Table) -> sa.Table:
     table = sa.Table(
         name,
         source.metadata,
-        sa.Column("source_id", key.type, sa.ForeignKey(key, ondelete="CASCADE"), primary_key=True,
-                  autoincrement=False),
+        # Named: MySQL/MariaDB would name it <table>_ibfk_1, over its 64 characters for long tables.
+        sa.Column("source_id", key.type, sa.ForeignKey(key, ondelete="CASCADE", name=names.identifier(f"fk_{name}")),
+                  primary_key=True, autoincrement=False),
         sa.Column("traceparent", sa.String(TRACEPARENT_LENGTH), nullable=False),
         schema=source.schema,
         info={"dbworker_traces_of": source.name},
