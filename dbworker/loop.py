@@ -164,10 +164,17 @@ class WorkerLoop:
         """These claims are no longer ours (cancelled, or taken over): end their handlers now
         (any thread). Their writes roll back with the process; nothing is recorded for them.
         """
-        if self._ctx.spans is not None:
+        spans = self._ctx.spans
+        if spans is not None:
             for c in lost:
-                self._ctx.spans.event(c.token, tracing.LEASE_LOST)
-        if self.runner.claims_lost({c.token for c in lost}):
+                spans.event(c.token, tracing.LEASE_LOST)
+        ended = self.runner.claims_lost({c.token for c in lost})
+        if spans is not None:  # dropped from the queue, never handed over: their spans end here
+            held = {c.token for c in self.runner.held_claims()}
+            for c in lost:
+                if c.token not in held:
+                    spans.end(c.token, "lost", "the claim is no longer ours (cancelled or taken over)")
+        if ended:
             self._waker.wake()
 
     # --- the loop ------------------------------------------------------------------------
