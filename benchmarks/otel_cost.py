@@ -145,6 +145,33 @@ def pod(url: str, mode: str, items: int, probes: int) -> dict[str, Any]:
     return {"mode": mode, "items_per_s": items / seconds, "pickup_p50_ms": 1000 * statistics.median(latencies)}
 
 
+def write_cost(url: str, writes: int) -> dict[str, float]:
+    """Milliseconds per one-row ORM commit: plain engine, instrumented with no span current,
+    instrumented inside a span (the trace row written in the same transaction), interleaved."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    import dbworker.otel
+
+    tracer = TracerProvider().get_tracer("bench")  # records, exports nowhere
+    plain, traced = sa.create_engine(url), sa.create_engine(url)
+    dbworker.otel.instrument(traced)
+    times: dict[str, list[float]] = {"plain": [], "instrumented, no span": [], "instrumented, in a span": []}
+
+    def one(engine: sa.Engine) -> float:
+        start = time.perf_counter()
+        with Session(engine) as s:
+            s.add(Job())
+            s.commit()
+        return time.perf_counter() - start
+
+    for _ in range(writes):
+        times["plain"].append(one(plain))
+        times["instrumented, no span"].append(one(traced))
+        with tracer.start_as_current_span("write"):
+            times["instrumented, in a span"].append(one(traced))
+    return {k: 1000 * statistics.median(v) for k, v in times.items()}
+
+
 class _Sink(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -163,6 +190,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=2000)
     parser.add_argument("--probes", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--writes", type=int, default=300, help="one-row commits per kind, for the per-write cost")
     parser.add_argument("--run", nargs=2, metavar=("URL", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run:
@@ -203,7 +231,12 @@ def main() -> None:
                 results[mode].append(result)
                 print(f"repeat {repeat + 1} {mode:6} {result['items_per_s']:8.1f} items/s  "
                       f"pick-up p50 {result['pickup_p50_ms']:6.1f} ms", flush=True)  # fmt: skip
+        if args.writes:
+            cost = write_cost(url, args.writes)
     sink.shutdown()
+    if args.writes:
+        print(f"\nper one-row ORM commit ({args.writes} each, median): "
+              + ", ".join(f"{k} {v:.2f} ms" for k, v in cost.items()))
     print(f"\n{args.db}, {args.items} items per drain, {args.probes} pick-up probes, {args.repeats} repeats "
           "(median, min-max)")  # fmt: skip
     off = statistics.median(r["items_per_s"] for r in results["off"])
