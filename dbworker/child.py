@@ -15,15 +15,22 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import SingletonThreadPool, StaticPool
 
-from dbworker import logs, messages, progress, redact, tracing
-from dbworker.contract import ExecutionStatus, Finished, Handler, LostClaim, Unfinished
+from dbworker import attemptlogs, logs, messages, progress, redact, tracing
+from dbworker.contract import (
+    AsyncHandler,
+    ExecutionStatus,
+    Finished,
+    Handler,
+    LostClaim,
+    Unfinished,
+)
 from dbworker.messages import DELETED, FINISHED, LOST, RETRY, UNFINISHED, Outcome, Report
 from dbworker.retries import Retry
 from dbworker.sql import claimer, dialects, history, items, statements, tables, transactions
@@ -31,7 +38,7 @@ from dbworker.sql import progress as stored_progress
 from dbworker.tuning import PARENT_CHECK_SECONDS
 
 EXIT_ORPHANED = 3  # the coordinator died; the work is left for another to take over
-_MAY_COMMIT = "dbworker.may_commit"
+MAY_COMMIT = "dbworker.may_commit"
 _ENDS = "dbworker.ends"  # the session's transactions.EndWatch
 
 
@@ -43,13 +50,19 @@ class ChildConfig:
     worker: str
     database_url: str = field(repr=False)  # carries the password: never logged
     engine_options: dict[str, Any]
-    handler: Handler
+    handler: Handler | AsyncHandler
     source: Any
     parent_pid: int
     # The command's logging (level, format, extra secrets to mask), repeated here: None when
     # the library runs inside an application (handler processes then configure nothing).
     log: tuple[str, str, tuple[str, ...]] | None = field(default=None, repr=False)
     retry: Retry | None = None  # the worker's retry policy, for failures the handler raises
+    # Async handlers (``aiochild``): the most items one process runs at once, and the seconds
+    # a coroutine may run before it is cancelled (sync handlers' processes are killed by the pool).
+    capacity: int = 1
+    timeout: float | None = None
+    history_logs: bool = True  # keep each attempt's log records with its history row
+    history: bool = True  # record attempts at all (Coordinator(history_attempts=0): no)
     tracing: bool = False  # the coordinator traces: handler processes do too (``dbworker.tracing``)
 
 
@@ -65,7 +78,7 @@ class HandlerSession(Session):
 @event.listens_for(HandlerSession, "before_commit")
 def _guard_commit(session: Session) -> None:
     # An event, not an overridden commit(): `with session.begin():` commits without commit().
-    if not session.info.get(_MAY_COMMIT):
+    if not session.info.get(MAY_COMMIT):
         raise RuntimeError(
             "dbworker owns the commit: return Finished() or Unfinished() and dbworker commits "
             "the handler's writes with the outcome (session.rollback() is allowed)"
@@ -101,9 +114,16 @@ class Runner:
         self.engine = sa.create_engine(config.database_url, **config.engine_options) if engine is None else engine
         self.table = tables.work_table(config.worker, config.source)
         self.secrets = redact.url_secrets(config.database_url)
-        self.history = history.history_table(self.table)
+        self.history = history.history_table(self.table) if config.history else None
         self.claimed_by = claimer.identity(config.parent_pid)  # the pod process that claims
         self._attempt = history.Attempt(self.history, None, self.claimed_by)
+        # The handler's log records, kept with the attempt's history row: in memory until the
+        # row is written with the outcome (the fenced commit, or the failure's own transaction
+        # after the rollback), so they survive a rollback and a failure; a crash loses them.
+        self._capture: attemptlogs.Capture | None = None
+        if config.history_logs and config.history:
+            self._capture = attemptlogs.Capture(self.secrets + (config.log[2] if config.log else ()))
+            logging.getLogger().addHandler(self._capture)
         self._complete = items.Completer(self.table)
         # Built once: session.get() redoes per call what a fresh session never needs
         # (identity-map lookup, a new statement and its cache key).
@@ -154,9 +174,17 @@ class Runner:
         self._last_exc: BaseException | None = None
         self._traceback: str | None = None
         self._after: float | None = None
-        self._attempt = history.Attempt(self.history, history.utcnow(), self.claimed_by)
-        with progress.running(lambda fraction, note: self._report(claim, fraction, note)):
-            outcome, error = self._execute(claim)
+        capture = self._capture
+        self._attempt = history.Attempt(self.history, history.utcnow(), self.claimed_by,
+                                        None if capture is None else capture.text)  # fmt: skip
+        if capture is not None:
+            capture.start()
+        try:
+            with progress.running(lambda fraction, note: self._report(claim, fraction, note)):
+                outcome, error = self._execute(claim)
+        finally:
+            if capture is not None:
+                capture.stop()
         summary = redact.describe(self._last_exc, self.secrets) if self._last_exc is not None else ""
         return Report(claim.source_id, claim.token, outcome, time.perf_counter() - start, error, summary,
                       self._traceback, self._after)  # fmt: skip
@@ -183,8 +211,7 @@ class Runner:
         """The exception's text as the work record keeps it (``str(exc)``, else the class name)
         and its whole traceback, both masked.
         """
-        text = redact.redact(str(exc) or type(exc).__name__, self.secrets)
-        return text, redact.redact("".join(traceback.format_exception(exc)), self.secrets)
+        return describe(exc, self.secrets)
 
     def _describe(self, exc: BaseException) -> str:
         self._last_exc = exc
@@ -207,7 +234,7 @@ class Runner:
                 self._ends.start(session.connection())
                 session.info[_ENDS] = self._ends
                 try:
-                    result = self.config.handler(row, session)
+                    result = cast(Handler, self.config.handler)(row, session)
                     if not isinstance(result, Finished | Unfinished):
                         raise TypeError(
                             f"handler returned {result!r}; it must return Finished() or Unfinished()"
@@ -245,13 +272,14 @@ class Runner:
                     self._after = after
                 else:  # the hot path, precompiled; Unfinished() starts the next step's attempts
                     status = ExecutionStatus.FINISHED if isinstance(result, Finished) else ExecutionStatus.UNFINISHED
-                    current = self._complete(conn, claim, status)
+                    current = self._complete(conn, claim, status, self._attempt)
                 if not current:
                     _rollback(session)
                     self._last_exc = LostClaim(f"the claim of item {claim.source_id!r} is no longer ours")
                     return self._gone_or(claim, (LOST, None))
-                self._attempt.record(conn, claim.source_id, (FINISHED if isinstance(result, Finished) else UNFINISHED).value)
-                session.info[_MAY_COMMIT] = True
+                if after:
+                    self._attempt.record(conn, claim.source_id, UNFINISHED.value)
+                session.info[MAY_COMMIT] = True
                 session.commit()
             except Exception as exc:
                 _rollback(session)
@@ -266,16 +294,9 @@ class Runner:
         """
         try:
             with self.engine.connect() as conn:
-                attempt = items.attempt_of(conn, self.table, claim)
-                conn.rollback()
-                if attempt is None or attempt <= max_attempts:
-                    return True
-                items.failed_attempt(conn, self.table, claim, error="handler process died on its last allowed "
-                                     f"attempt (attempt {attempt - 1} of {max_attempts}; its lease expired)",
-                                     attempt_record=history.Attempt(self.history, None, self.claimed_by))  # fmt: skip
+                return attempt_allowed(conn, self.table, claim, max_attempts, self.history, self.claimed_by)
         except Exception:  # noqa: BLE001 - the run itself meets and reports what fails
             return True
-        return False
 
     def _gone_or(self, claim: items.Claim, result: tuple[Outcome, str | None]) -> tuple[Outcome, str | None]:
         """``result``, or ``DELETED`` when it is a lost claim whose source row no longer exists
@@ -305,9 +326,49 @@ class Runner:
         return outcome, error
 
     def close(self) -> None:
+        if self._capture is not None:
+            logging.getLogger().removeHandler(self._capture)
         self._ends.detach(self.engine)
         if self._own_engine:
             self.engine.dispose()
+
+
+def attempt_allowed(conn: sa.Connection, table: sa.Table, claim: items.Claim, max_attempts: int,
+                    history_table: sa.Table | None, claimed_by: str) -> bool:  # fmt: skip
+    """False, with the item recorded FAILED, when ``claim`` took over an item whose last
+    allowed attempt died with its process (taking over counts an attempt too)."""
+    attempt = items.attempt_of(conn, table, claim)
+    conn.rollback()
+    if attempt is None or attempt <= max_attempts:
+        return True
+    items.failed_attempt(conn, table, claim, error="handler process died on its last allowed "
+                         f"attempt (attempt {attempt - 1} of {max_attempts}; its lease expired)",
+                         attempt_record=history.Attempt(history_table, None, claimed_by))  # fmt: skip
+    return False
+
+
+def describe(exc: BaseException, secrets: tuple[str, ...]) -> tuple[str, str]:
+    """``exc``'s text as the work record keeps it (``str(exc)``, else the class name) and its
+    whole traceback, both masked."""
+    text = redact.redact(str(exc) or type(exc).__name__, secrets)
+    return text, redact.redact("".join(traceback.format_exception(exc)), secrets)
+
+
+def prepare_process(config: ChildConfig) -> None:
+    """What every handler process does first: ignore the signals only its coordinator may
+    send, leave the terminal's process group, exit when orphaned, log like the command."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        os.setpgid(0, 0)  # a terminal's Ctrl-C goes to the foreground group, not to us
+    except OSError:
+        pass
+    threading.Thread(target=_watch_parent, args=(config.parent_pid,), daemon=True).start()
+    if config.tracing:  # the coordinator traces: so do we, exporting as the OTEL_* environment says
+        tracing.tracer(env={**os.environ, "OTEL_TRACES_EXPORTER": os.environ.get("OTEL_TRACES_EXPORTER") or "otlp"})
+    if config.log is not None:
+        level, fmt, secrets = config.log
+        logs.setup(level=level, fmt=fmt, secrets=secrets + redact.url_secrets(config.database_url), worker=config.worker)
 
 
 def _rollback(session: Session) -> None:
@@ -372,18 +433,7 @@ class Inbox:
 
 def main(config: ChildConfig, conn: Any) -> None:
     """Entry point of a handler process: serve items from ``conn`` until told to stop."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
-        os.setpgid(0, 0)  # a terminal's Ctrl-C goes to the foreground group, not to us
-    except OSError:
-        pass
-    threading.Thread(target=_watch_parent, args=(config.parent_pid,), daemon=True).start()
-    if config.tracing:  # the coordinator traces: so do we, exporting as the OTEL_* environment says
-        tracing.tracer(env={**os.environ, "OTEL_TRACES_EXPORTER": os.environ.get("OTEL_TRACES_EXPORTER") or "otlp"})
-    if config.log is not None:
-        level, fmt, secrets = config.log
-        logs.setup(level=level, fmt=fmt, secrets=secrets + redact.url_secrets(config.database_url), worker=config.worker)
+    prepare_process(config)
     runner = Runner(config)
     runner.warm_up()
     inbox = Inbox(conn)

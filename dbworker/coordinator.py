@@ -10,7 +10,6 @@ expression are thin calls into ``status``.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import datetime as dt
 import logging
 import threading
@@ -23,6 +22,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from dbworker import backlog, redact, running, settings, startup, tracing
+from dbworker import workers as checks
 from dbworker.contract import Eligible, ExecutionStatus
 from dbworker.observe import Observer, Observers
 from dbworker.retries import Retry
@@ -30,15 +30,7 @@ from dbworker.schedules import policy, ticks
 from dbworker.sql import dialects, history, pauses, poolers, status, sweeps, tables, traces, upgrade
 from dbworker.sql.dialects import connect
 from dbworker.sql.due import Due, column_of
-from dbworker.workers import (
-    RegisteredWorker,
-    WorkerViews,
-    check_concurrency,
-    check_handler,
-    check_name,
-    check_retry,
-    check_timeout,
-)
+from dbworker.workers import RegisteredWorker, WorkerViews
 
 log = logging.getLogger("dbworker")
 
@@ -63,9 +55,11 @@ class Coordinator:
         transaction_pooler: bool = False,
         history_attempts: int = settings.HISTORY_ATTEMPTS,
         history_days: float = settings.HISTORY_DAYS,
+        history_logs: bool = settings.HISTORY_LOGS,
     ) -> None:
         """``history_attempts``, ``history_days``: each item's attempt history keeps its newest
-        ``history_attempts`` attempts, none older than ``history_days`` (docs/history.md).
+        ``history_attempts`` attempts, none older than ``history_days`` (docs/history.md);
+        ``history_logs``: each attempt keeps the log records its handler wrote.
         ``transaction_pooler``: ``database_url`` and the session factory's engine reach
         PostgreSQL through a transaction pooler (PgBouncer ``pool_mode = transaction``):
         no server-side prepared statements on any connection dbworker uses or builds, and no
@@ -79,7 +73,8 @@ class Coordinator:
         self._session_factory = session_factory
         self._engine_options = settings.engine_options(engine_options)
         self._settings = settings.settings(lease_seconds, poll_seconds, max_poll_seconds,
-                                           history_attempts=history_attempts, history_days=history_days)
+                                           history_attempts=history_attempts, history_days=history_days,
+                                           history_logs=history_logs)  # fmt: skip
         self._secrets = redact.url_secrets(self._url)
         self._listen_url: URL | None = None
         self._transaction_pooler = False
@@ -118,6 +113,11 @@ class Coordinator:
         return self._settings.history_days
 
     @property
+    def history_logs(self) -> bool:
+        """Whether each attempt keeps the log records its handler wrote (docs/history.md)."""
+        return self._settings.history_logs
+
+    @property
     def secrets(self) -> tuple[str, ...]:
         """What logs and errors must never show: the database URL's password (for ``logs.mask``)."""
         return self._secrets
@@ -153,16 +153,18 @@ class Coordinator:
             s.lease_seconds if lease_seconds is None else lease_seconds,
             s.poll_seconds if poll_seconds is None else poll_seconds,
             s.max_poll_seconds if max_poll_seconds is None else max_poll_seconds,
-            history_attempts=s.history_attempts, history_days=s.history_days,
+            history_attempts=s.history_attempts, history_days=s.history_days, history_logs=s.history_logs,
         )
 
     def set_concurrency(self, name: str, concurrency: int) -> None:
         """Override one worker's concurrency before ``start()``."""
         self._check_not_started("set_concurrency")
-        worker = self._get(name)
-        self._registry[name] = dataclasses.replace(
-            worker, concurrency=check_concurrency(concurrency, field=f"concurrency of {name}")
-        )
+        self._registry[name] = checks.with_concurrency(self._get(name), concurrency)
+
+    def set_processes(self, name: str, processes: int) -> None:
+        """Override one worker's handler processes before ``start()`` (checked as at registration)."""
+        self._check_not_started("set_processes")
+        self._registry[name] = checks.with_processes(self._get(name), processes)
 
     @property
     def transaction_pooler(self) -> bool:
@@ -194,6 +196,7 @@ class Coordinator:
         retry: Retry | None = None,
         timeout: float | None = None,
         due: Any = None,
+        processes: int | None = None,
     ) -> Callable[[F], F]:
         """Register the decorated function as worker ``name``'s handler; return it unchanged.
 
@@ -201,8 +204,10 @@ class Coordinator:
         SPEC). ``timeout``: seconds a handler may run before its process is ended and the
         attempt fails (None: no limit). ``due``: a nullable naive-UTC DateTime column of the
         source (``due=Post.publish_at``); a row is claimable only once it is set and not
-        later than the database's clock, and the coordinator wakes for it on time. Bad
-        arguments raise ``ValueError`` naming them.
+        later than the database's clock, and the coordinator wakes for it on time.
+        ``processes``: handler processes carrying the ``concurrency`` items; an ``async def``
+        handler runs many items per process (default 1), a sync one a process per item (it
+        must equal ``concurrency``). Bad arguments raise ``ValueError`` naming them.
         """
         self._check_not_started("transactional_worker")
         self._check_new_name(name)
@@ -210,7 +215,8 @@ class Coordinator:
         if eligible is not None and not callable(eligible):
             raise ValueError(f"eligible must be a zero-argument callable returning a select(), got {eligible!r}")
         found = None if due is None else Due(column_of(tables.source_mapper(source), due), key, eligible)
-        return self._register(name, source, found or eligible, concurrency, retry, timeout, due=found)
+        return self._register(name, source, found or eligible, concurrency, retry, timeout, due=found,
+                              processes=processes)  # fmt: skip
 
     def periodic(
         self,
@@ -245,32 +251,33 @@ class Coordinator:
 
     def _register(self, name: str, source: Any, eligible: Eligible | None, concurrency: int,
                   retry: Retry | None, timeout: float | None, *, due: Due | None = None,
-                  schedule: policy.Schedule | None = None) -> Callable[[F], F]:  # fmt: skip
+                  schedule: policy.Schedule | None = None, processes: int | None = None) -> Callable[[F], F]:  # fmt: skip
         """Check the arguments every kind of worker shares; return the decorator that registers."""
         key = tables.source_key(source)
-        check_concurrency(concurrency)
-        retry = check_retry(retry)
-        timeout = check_timeout(timeout)
+        checks.check_concurrency(concurrency)
+        retry = checks.check_retry(retry)
+        timeout = checks.check_timeout(timeout)
         table = tables.work_table(name, source)
         history.history_table(table)  # beside it in the MetaData, so create_all() makes both
         traces.side_table(key.table)  # the writers' trace contexts (dbworker.otel), the same
 
         def register(handler: F) -> F:
-            check_handler(name, handler)
+            checks.check_handler(name, handler)
+            checks.check_processes(processes, concurrency=concurrency, handler=handler, name=name)
             if name in self._registry:
                 raise ValueError(f"worker name {name!r} is already registered on this coordinator")
             self._check_not_started("transactional_worker" if schedule is None else "periodic")
             self._registry[name] = RegisteredWorker(
                 name=name, source=source, handler=handler, eligible=eligible,
                 concurrency=concurrency, table=table, key=key, retry=retry, timeout=timeout,
-                due=due, schedule=schedule,
+                due=due, schedule=schedule, processes=processes,
             )
             return handler
 
         return register
 
     def _check_new_name(self, name: str) -> None:
-        check_name(name)
+        checks.check_name(name)
         if name in self._registry:
             raise ValueError(f"worker name {name!r} is already registered on this coordinator")
 
@@ -376,7 +383,9 @@ class Coordinator:
             selected = [self._get(n) for n in names]
             configs = {w.name: startup.child_config(w, self._url, engine_options=self._engine_options,
                                                     transaction_pooler=self._transaction_pooler,
-                                                    secrets=self._secrets) for w in selected}  # fmt: skip
+                                                    secrets=self._secrets, history_logs=self.history_logs,
+                                                    history=self.history_attempts > 0)
+                       for w in selected}  # fmt: skip
             startup.check_layout(self.engine, [w.table for w in selected])
             self._started = True
         engine = self.engine

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -97,6 +98,19 @@ class WorkerMetrics(observe.Observer):
             ["worker"],
             registry=registry,
         )
+        self.loop_lag = Gauge(
+            "dbworker_event_loop_lag_seconds",
+            "Async handler processes: the worst lag of the process's event loop over the last second "
+            "(a coroutine that blocks the loop shows here; docs/async.md).",
+            ["worker", "process"],
+            registry=registry,
+        )
+        self.items_in_flight = Gauge(
+            "dbworker_items_in_flight",
+            "Async handler processes: items the process runs now, as coroutines.",
+            ["worker", "process"],
+            registry=registry,
+        )
         self.lease_renewals = Counter(
             "dbworker_lease_renewals",
             "Lease renewals by result: renewed, lost (another claim owns the item), error.",
@@ -162,15 +176,24 @@ class WorkerMetrics(observe.Observer):
             registry=registry,
         )
 
+        self._per_item: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
+        self._active: dict[str, Any] = {}
+
     def touch(
         self,
         workers: Iterable[str],
         *,
         dialect: str | None = None,
         slots: Mapping[str, int] | None = None,
+        processes: Mapping[str, int] | None = None,
     ) -> None:
-        """Create every label set of ``workers`` at zero; set slots and build info if known."""
+        """Create every label set of ``workers`` at zero; set slots and build info if known.
+        ``processes``: the handler processes of async workers (their loop series, per process)."""
         with self._lock:
+            for worker, n in (processes or {}).items():
+                for process in range(n):
+                    self.loop_lag.labels(worker, str(process))
+                    self.items_in_flight.labels(worker, str(process))
             for worker in workers:
                 if worker not in self._touched:
                     self._touched.add(worker)
@@ -213,13 +236,23 @@ class WorkerMetrics(observe.Observer):
         self.claim_duration.labels(worker).observe(max(seconds, 0.0))
 
     def executed(self, worker: str, *, outcome: str, seconds: float | None) -> None:
-        self.executions.labels(worker, outcome).inc()
-        self.attempts.labels(worker).inc()
+        # Once per item: the labelled series are looked up once (``labels()`` locks and checks).
+        found = self._per_item.get((worker, outcome))
+        if found is None:
+            found = (self.executions.labels(worker, outcome), self.attempts.labels(worker),
+                     self.handler_duration.labels(worker, outcome))  # fmt: skip
+            self._per_item[(worker, outcome)] = found
+        executions, attempts, duration = found
+        executions.inc()
+        attempts.inc()
         if seconds is not None:
-            self.handler_duration.labels(worker, outcome).observe(max(seconds, 0.0))
+            duration.observe(max(seconds, 0.0))
 
     def active(self, worker: str, *, running: int) -> None:
-        self.handlers_active.labels(worker).set(running)
+        gauge = self._active.get(worker)
+        if gauge is None:
+            gauge = self._active[worker] = self.handlers_active.labels(worker)
+        gauge.set(running)
 
     def renewed(self, worker: str, *, result: str, count: int) -> None:
         if count:
@@ -230,6 +263,10 @@ class WorkerMetrics(observe.Observer):
 
     def heartbeat(self, worker: str, *, timestamp: float) -> None:
         self.heartbeat_timestamp.labels(worker).set(timestamp)
+
+    def loop_health(self, worker: str, *, process: int, lag_seconds: float, in_flight: int) -> None:
+        self.loop_lag.labels(worker, str(process)).set(lag_seconds)
+        self.items_in_flight.labels(worker, str(process)).set(in_flight)
 
     def draining(self, *, draining: bool) -> None:
         self.draining_gauge.set(1 if draining else 0)

@@ -175,7 +175,7 @@ def services(database_url: str, workdir: Path, *, poll_seconds: float = 0.1,
     ``otel_endpoint``: both export their spans there (OTLP/HTTP), as ``imagededup-api`` and
     ``imagededup-worker``."""
     api_port, metrics_port = free_port(), free_port()
-    env = {**os.environ, "DATABASE_URL": database_url}
+    env = {**os.environ, "DATABASE_URL": database_url, "IMAGEDEDUP_API_URL": f"http://127.0.0.1:{api_port}"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     if otel_endpoint is not None:
         env.update(OTEL_EXPORTER_OTLP_ENDPOINT=otel_endpoint, OTEL_BSP_SCHEDULE_DELAY="500",
