@@ -133,12 +133,14 @@ def test_crashes_timeouts_and_lost_claims_end_the_claim_span_with_their_outcome(
         spans = got.all_spans()
 
     [request] = [s for s in spans if s["name"] == "POST /items"]
-    expected = {crash: ("crashed", None), hang: ("timed_out", "dbworker.timed_out"),
-                cancelled: ("lost", "dbworker.lease_lost")}  # fmt: skip
-    for key, (outcome, event) in expected.items():
+    # The cancelled item: its pod's next renewal finds the claim gone (lease lost), unless its
+    # 2 s timeout comes first on a loaded machine; either way the claim is no longer ours.
+    expected = {crash: ("crashed", set()), hang: ("timed_out", {"dbworker.timed_out"}),
+                cancelled: ("lost", {"dbworker.lease_lost", "dbworker.timed_out"})}  # fmt: skip
+    for key, (outcome, events) in expected.items():
         [claim] = _of(spans, "claim items", key)
         assert claim["attributes"]["dbworker.outcome"] == outcome and claim["status"] == 2, claim
         assert claim["trace_id"] == request["trace_id"] and claim["parent_id"] == request["span_id"]
-        if event is not None:
-            assert event in [e["name"] for e in claim["events"]], claim["events"]
+        if events:
+            assert events & {e["name"] for e in claim["events"]}, claim["events"]
     assert "killed by SIGKILL" in _of(spans, "claim items", crash)[0]["status_message"]
