@@ -18,9 +18,10 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from dbworker import child
+from dbworker import child, tracing
 from dbworker.aiopool import AsyncPool
 from dbworker.backoff import Backoff
+from dbworker.engine import spans as item_spans
 from dbworker.engine.context import Context
 from dbworker.engine.fetch import Fetcher
 from dbworker.engine.picker import Picker
@@ -97,7 +98,8 @@ class WorkerLoop:
         self.worker = worker
         self.engine = engine
         self._ctx = Context(worker, engine, settings, observer, secrets,
-                            hint or poolers.Hint(transaction_pooler=False))  # fmt: skip
+                            hint or poolers.Hint(transaction_pooler=False),
+                            spans=item_spans.for_worker(worker, engine))  # fmt: skip
         self._waker = Waker()
         self._stopping = threading.Event()
         self.claims_stopped = threading.Event()  # set once the loop saw the stop: no claim runs
@@ -163,7 +165,17 @@ class WorkerLoop:
         """These claims are no longer ours (cancelled, or taken over): end their handlers now
         (any thread). Their writes roll back with the process; nothing is recorded for them.
         """
-        if self.runner.claims_lost({c.token for c in lost}):
+        spans = self._ctx.spans
+        if spans is not None:
+            for c in lost:
+                spans.event(c.token, tracing.LEASE_LOST)
+        ended = self.runner.claims_lost({c.token for c in lost})
+        if spans is not None:  # dropped from the queue, never handed over: their spans end here
+            held = {c.token for c in self.runner.held_claims()}
+            for c in lost:
+                if c.token not in held:
+                    spans.end(c.token, "lost", "the claim is no longer ours (cancelled or taken over)")
+        if ended:
             self._waker.wake()
 
     # --- the loop ------------------------------------------------------------------------
@@ -180,6 +192,8 @@ class WorkerLoop:
                 self.pool.shutdown()
             finally:
                 self._waker.close()
+                if self._ctx.spans is not None:
+                    self._ctx.spans.end_all("aborted")
                 self._ctx.observer.loop_ended(name)
 
     def _loop(self) -> None:

@@ -32,7 +32,9 @@ class Fetcher:
         self._ctx = ctx
         self._picker = picker
         self._sweep = picker.sweep
-        self._hand_out = hand_out
+        spans = ctx.spans
+        # Tracing on: each claimed item gets its span (a child of its writer's) as it is handed out.
+        self._hand_out = hand_out if spans is None else (lambda taken: hand_out(spans.start(taken)))
 
     def claim(self, limit: int) -> list[claims.Claim]:
         """Claim up to ``limit`` items (handed out as they come); raises on a database error."""

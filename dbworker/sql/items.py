@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
@@ -51,6 +51,9 @@ class Claim:
     source_id: Any
     token: str
     taken_over: bool = False
+    # The W3C traceparent of the coordinator's span of this claim (tracing on), for the
+    # handler process's span to be its child; never compared.
+    trace: str | None = field(default=None, compare=False)
 
 
 # --- claim, take_over ----------------------------------------------------------------------
