@@ -24,10 +24,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dbworker import backlog, redact, running, settings, startup
 from dbworker.contract import Eligible, ExecutionStatus
+from dbworker.limits import Limit, check_limits
 from dbworker.observe import Observer, Observers
 from dbworker.retries import Retry
 from dbworker.schedules import policy, ticks
-from dbworker.sql import dialects, history, pauses, poolers, status, sweeps, tables, upgrade
+from dbworker.sql import dialects, history, pauses, poolers, slots, status, sweeps, tables, upgrade
 from dbworker.sql.dialects import connect
 from dbworker.sql.due import Due, column_of
 from dbworker.workers import (
@@ -194,6 +195,7 @@ class Coordinator:
         retry: Retry | None = None,
         timeout: float | None = None,
         due: Any = None,
+        limits: list[Limit] | None = None,
     ) -> Callable[[F], F]:
         """Register the decorated function as worker ``name``'s handler; return it unchanged.
 
@@ -201,8 +203,8 @@ class Coordinator:
         SPEC). ``timeout``: seconds a handler may run before its process is ended and the
         attempt fails (None: no limit). ``due``: a nullable naive-UTC DateTime column of the
         source (``due=Post.publish_at``); a row is claimable only once it is set and not
-        later than the database's clock, and the coordinator wakes for it on time. Bad
-        arguments raise ``ValueError`` naming them.
+        later than the database's clock, and the coordinator wakes for it on time. ``limits``:
+        fleet-wide ``Limit``s per key (docs/limits.md). Bad arguments raise ``ValueError`` naming them.
         """
         self._check_not_started("transactional_worker")
         self._check_new_name(name)
@@ -210,7 +212,8 @@ class Coordinator:
         if eligible is not None and not callable(eligible):
             raise ValueError(f"eligible must be a zero-argument callable returning a select(), got {eligible!r}")
         found = None if due is None else Due(column_of(tables.source_mapper(source), due), key, eligible)
-        return self._register(name, source, found or eligible, concurrency, retry, timeout, due=found)
+        return self._register(name, source, found or eligible, concurrency, retry, timeout, due=found,
+                              limits=check_limits(limits, key.table))  # fmt: skip
 
     def periodic(
         self,
@@ -245,7 +248,7 @@ class Coordinator:
 
     def _register(self, name: str, source: Any, eligible: Eligible | None, concurrency: int,
                   retry: Retry | None, timeout: float | None, *, due: Due | None = None,
-                  schedule: policy.Schedule | None = None) -> Callable[[F], F]:  # fmt: skip
+                  schedule: policy.Schedule | None = None, limits: tuple[Limit, ...] = ()) -> Callable[[F], F]:  # fmt: skip
         """Check the arguments every kind of worker shares; return the decorator that registers."""
         key = tables.source_key(source)
         check_concurrency(concurrency)
@@ -253,6 +256,8 @@ class Coordinator:
         timeout = check_timeout(timeout)
         table = tables.work_table(name, source)
         history.history_table(table)  # beside it in the MetaData, so create_all() makes both
+        if limits:
+            slots.slots_table(table)
 
         def register(handler: F) -> F:
             check_handler(name, handler)
@@ -262,7 +267,7 @@ class Coordinator:
             self._registry[name] = RegisteredWorker(
                 name=name, source=source, handler=handler, eligible=eligible,
                 concurrency=concurrency, table=table, key=key, retry=retry, timeout=timeout,
-                due=due, schedule=schedule,
+                due=due, schedule=schedule, limits=limits,
             )
             return handler
 
@@ -338,7 +343,8 @@ class Coordinator:
         """
         scheduled = [ticks.TABLE] if any(w.schedule for w in self._registry.values()) else []
         work = [w.table for w in self._registry.values()]
-        own = [*scheduled, *work, *map(history.history_table, work), pauses.TABLE, sweeps.TABLE]
+        limited = [slots.slots_table(w.table) for w in self._registry.values() if w.limits]
+        own = [*scheduled, *work, *map(history.history_table, work), *limited, pauses.TABLE, sweeps.TABLE]
         changes = upgrade.ensure(self.engine, own)
         return changes + upgrade.wakeup_triggers(self.engine, self._sources(), install=wakeup_triggers)
 

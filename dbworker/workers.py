@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from dbworker import bounds
 from dbworker.contract import Eligible, ExecutionStatus, Handler
+from dbworker.limits import Limit
 from dbworker.retries import Retry
 from dbworker.schedules import ticks
 from dbworker.schedules.policy import Schedule
@@ -42,6 +43,7 @@ class RegisteredWorker:
     timeout: float | None = None  # seconds a handler may run before it is ended
     due: Due | None = None  # transactional_worker(due=...): ``eligible`` is this, narrowed to due rows
     schedule: Schedule | None = None  # coordinator.periodic(...): the source is the ticks table
+    limits: tuple[Limit, ...] = ()  # transactional_worker(limits=...): docs/limits.md
 
 
 def check_name(name: object) -> str:
