@@ -102,10 +102,8 @@ def claim(
     kinds = limits_.kinds(limits)
     slots_t = slots.slots_table(table)
     taken: list[Claim] = []
-    rated = any(kind.per is not None for kind in kinds)
     with transactions.committed(conn):
-        if caps.name == "sqlite":
-            slots.hold_writer(conn, slots_t)  # reads and writes of this round see one state
+        slots.take_turn(conn, slots_t)
         rows = conn.execute(query, {"dbw_limit": max(2 * limit, limit + 8)}).all()
         full: set[tuple[int, str]] = set()
         for row in rows:
@@ -115,12 +113,7 @@ def claim(
             needed = [(kind, texts[kind.limit]) for kind in kinds]
             if any((kind.number, text) in full for kind, text in needed):
                 continue
-            # A rate slot is spent only with a claim made: where another claimer can win the
-            # item after this read, the candidate's writes are undone together (a savepoint).
-            step = conn.begin_nested() if rated and caps.name != "sqlite" else None
-            got = _take(conn, st, slots_t, table, needed, full, source_id, lease, rate_first=step is None)
-            if step is not None:
-                (step.commit if got is not None else step.rollback)()
+            got = _take(conn, st, slots_t, table, needed, full, source_id, lease)
             if got is not None:
                 taken.append(got)
     return taken, len(rows)
@@ -128,26 +121,17 @@ def claim(
 
 def _take(
     conn: Connection, st: statements.Prebuilt, slots_t: sa.Table, table: sa.Table,
-    needed: list[tuple[limits_.Kind, str]], full: set[tuple[int, str]], source_id: Any, lease: Any, *,
-    rate_first: bool,
+    needed: list[tuple[limits_.Kind, str]], full: set[tuple[int, str]], source_id: Any, lease: Any,
 ) -> Claim | None:  # fmt: skip
-    """The slots and the claim of one candidate; None if one failed (a full limit is added to
-    ``full``). Concurrency slots won for a claim that was not made name a claim that never
-    was: they stay free. Rate slots come after the claim (``rate_first`` False: the caller
-    undoes the claim if one fails), or before it where no other claimer can act in between
-    (SQLite, whose write lock the round holds)."""
+    """The slots, then the claim, of one candidate; None if one failed (a full limit is added
+    to ``full``). Slots won for a claim that was not made (the item was cancelled or reset
+    since the round read it) name a claim that never was: a concurrency slot stays free, a
+    rate slot counts as a start."""
     token = str(uuid.uuid4())
-    before = [(k, t) for k, t in needed if k.per is None or rate_first]
-    for kind, text in before:
+    for kind, text in needed:
         if not _slot(conn, slots_t, table, kind, text, source_id, token, full):
             return None
-    got = items.claim(conn, st, source_id, lease, token=token)
-    if got is None:
-        return None
-    for kind, text in needed:
-        if (kind, text) not in before and not _slot(conn, slots_t, table, kind, text, source_id, token, full):
-            return None
-    return got
+    return items.claim(conn, st, source_id, lease, token=token)
 
 
 def _slot(

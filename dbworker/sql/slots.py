@@ -136,10 +136,30 @@ def take(
     return False
 
 
-def hold_writer(conn: Connection, slots: sa.Table) -> None:
-    """SQLite: take the database's write lock now (a write that changes nothing), so the
-    reads that follow in this transaction see what its writes will meet."""
-    conn.execute(sa.update(slots).where(sa.false()).values(slot=slots.c.slot))
+ROUND_KIND = -1  # the row a limited claim round locks first (kind, '', 0)
+
+
+def take_turn(conn: Connection, slots: sa.Table) -> None:
+    """Wait for this worker's turn to claim: one limited claim round at a time, fleet-wide.
+
+    Rounds of one worker share slot rows (a key=None limit: every round the same ones) and
+    take them in candidate order: run at once they deadlock. In turn, each round's reads
+    (READ COMMITTED: each statement sees what the previous round committed) meet what its
+    writes will, so a claim does not lose its item after winning its slots.
+
+    Locks: the round row FOR UPDATE until the commit (created once, INSERT ignoring a
+    duplicate). SQLite: the database's write lock (a write that changes nothing).
+    """
+    caps = dialects.of(conn)
+    s = slots.c
+    if caps.name == "sqlite":
+        conn.execute(sa.update(slots).where(sa.false()).values(slot=s.slot))
+        return
+    where = [s.kind == ROUND_KIND, s.limit_key == "", s.slot == 0]
+    if conn.execute(sa.select(s.slot).where(*where).with_for_update()).first() is None:
+        insert = caps.insert_ignoring_duplicate(slots, "kind", "limit_key", "slot")
+        conn.execute(insert.values(kind=ROUND_KIND, limit_key="", slot=0, taken_at=caps.now()))
+        conn.execute(sa.select(s.slot).where(*where).with_for_update())
 
 
 def _give_back(conn: Connection, work: sa.Table, caps: dialects.Capabilities, source_id: Any, token: str) -> bool:
