@@ -4,7 +4,8 @@
 [--lease S] [--concurrency N]`` runs its coordinator until SIGTERM (prints "started"), as
 ``tests.apps.runner`` does for ``basic``. A handler sleeps ``hold`` seconds and then commits
 a ``limited_spans`` row (its start and end, ``time.time()``) through a session of its own, so
-the span is recorded before the outcome's commit, inside the time its slots were held.
+the span is recorded before the outcome's commit, inside the time its slots were held. A
+negative ``hold`` waits until the row's ``hold`` is set to 0 or more.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ class Span(Base):
 
 def handle(job: Job, session: Session) -> Outcome:
     started = time.time()
+    job_id = job.id
+    while job.hold < 0:  # held until the test sets hold >= 0, read in fresh transactions
+        time.sleep(0.05)
+        session.rollback()
+        job = session.get_one(Job, job_id)
     if job.hold:
         time.sleep(job.hold)
     with Session(session.get_bind()) as s:
@@ -66,12 +72,18 @@ def limits_of(per_customer: int | None, total: int | None, rate: int | None, per
     return found
 
 
-def build(url: str, *, limits: list[Limit], concurrency: int = 2, **settings: Any) -> Coordinator:
+def first_job() -> sa.Select[Any]:
+    """An eligible query of job 1 only: a pod that can free a slot and never take the next."""
+    return sa.select(Job).where(Job.id == 1)
+
+
+def build(url: str, *, limits: list[Limit], concurrency: int = 2, eligible: Any = None, **settings: Any) -> Coordinator:
     engine = sa.create_engine(url, pool_pre_ping=True)
     settings = {"poll_seconds": 0.05, "max_poll_seconds": 0.5, **pooler.coordinator_options(url), **settings}
     coordinator = Coordinator(sessionmaker(engine), database_url=url, **settings)
     Base.metadata.create_all(coordinator.engine, tables=[Job.__table__, Span.__table__])
-    coordinator.transactional_worker(name="jobs", source=Job, concurrency=concurrency, limits=limits)(handle)
+    coordinator.transactional_worker(name="jobs", source=Job, concurrency=concurrency, eligible=eligible,
+                                     limits=limits)(handle)  # fmt: skip
     coordinator.create_worker_tables()
     return coordinator
 

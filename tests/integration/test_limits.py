@@ -132,7 +132,7 @@ def test_rate_limits_starts_per_key_within_the_period(db: Database, coordinators
 
 
 def test_a_short_rate_period_lets_the_next_starts_through(db: Database, coordinators: list[Coordinator]) -> None:
-    c = _build(db, coordinators, [Limit(rate=2, per=0.2)])
+    c = _build(db, coordinators, [Limit(rate=2, per=3)])  # longer than a round on a loaded machine
     limited.add_jobs(db.engine, [1] * 6)
     assert len(_claim(db, c, 6)) == 2
     taken: list[items.Claim] = []
@@ -199,3 +199,25 @@ def test_the_slots_table_is_made_beside_the_work_table(db: Database, coordinator
     _build(db, coordinators, [Limit(concurrency=1)])
     assert {"jobs_work", "jobs_slots"} <= set(sa.inspect(db.engine).get_table_names())
     assert tables.table_name("jobs") == "jobs_work"
+
+
+def test_an_item_ending_in_one_pod_wakes_the_others(db: Database, coordinators: list[Coordinator]) -> None:
+    slow = {"poll_seconds": 600, "max_poll_seconds": 600}  # no poll comes within the test's bound
+    # The first pod's eligible query holds job 1 only: once job 1 ends it claims nothing more.
+    first = _build(db, coordinators, [Limit(key=Job.customer, concurrency=1)], eligible=limited.first_job, **slow)
+    limited.add_jobs(db.engine, [1], hold=-1)
+    limited.add_jobs(db.engine, [1])
+    first.start()
+
+    def status(i: int) -> ExecutionStatus | None:
+        with Session(db.engine) as s:
+            return first.execution_status(s, worker="jobs", source_id=i)
+
+    wait_until(lambda: status(1) is ExecutionStatus.WORKING, what="job 1 running in the first pod")
+    second = _build(db, coordinators, [Limit(key=Job.customer, concurrency=1)], concurrency=1, **slow)
+    second.start()  # its first claim finds job 2 waiting on the slot job 1 holds
+    with Session(db.engine) as s:
+        s.execute(sa.update(Job).where(Job.id == 1).values(hold=0))  # job 1 ends
+        s.commit()
+    wait_until(lambda: status(2) is ExecutionStatus.FINISHED, timeout=120, what="job 2 claimed by the second pod")
+    assert {s.job_id: s.pid for s in limited.spans(db.engine)}[2] in second.handler_pids()

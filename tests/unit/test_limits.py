@@ -117,3 +117,14 @@ def test_key_text_is_bounded_and_distinct() -> None:
     assert len(key_text(long_a)) == KEY_CHARS
     assert key_text(long_a) != key_text(long_b)
     assert key_text("x" * KEY_CHARS) == "x" * KEY_CHARS
+
+
+def test_a_worker_with_limits_waits_for_its_own_items_in_other_pods() -> None:
+    from dbworker.wakeups.dependencies import awaited, dependency_map
+
+    c = _coordinator()
+    c.transactional_worker(name="orders", source=Order, limits=[Limit(concurrency=1)])(handle)
+    c.transactional_worker(name="plain", source=Other)(handle)
+    deps = dependency_map(c.registrations())
+    assert deps == {"orders": frozenset({"orders"}), "plain": frozenset()}
+    assert awaited(deps) == frozenset({"orders"})
