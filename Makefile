@@ -16,10 +16,12 @@ CHECKOV_VERSION := 3.3.30
 # Python processes, and past about 4 workers on 2 cores those starve each other (slower, and
 # waits run out). Measured in CHANGELOG; WORKERS=8 make test on a bigger machine.
 WORKERS ?= 4
-PARALLEL := -n $(WORKERS) --dist load
+# loadgroup (tests/scheduling.py): a test at a time to the worker that is free (none is left
+# holding a queue at the end), and the operator modules whole on one worker, in order.
+PARALLEL := -n $(WORKERS) --dist loadgroup
 # Tests marked `serial` (the PostgreSQL restart of tests/chaos/test_outage.py, and the tests
 # that bound a wall time: how long stop() takes, how late a due row is picked up) run alone
-# after a parallel pass, when nothing else uses the server or the cores; pytest's 5 is "none
+# after the parallel pass, when nothing else uses the server or the cores; pytest's 5 is "none
 # selected".
 SERIAL = || [ $$? -eq 5 ]
 
@@ -39,25 +41,25 @@ $(CHECKOV):
 demo: $(STAMP)
 	$(PY) -m examples.imagededup.demo
 
-# Everything: every test on its servers in parallel, the serial ones alone, then the pooler pass.
+# Everything: every test on its servers in parallel (PgBouncer's cases among them), then the
+# serial ones alone.
 test: $(STAMP) $(CHECKOV)
 	$(PY) -m pytest $(PARALLEL) -m "not serial" $(PYTEST_ARGS)
 	$(PY) -m pytest -m serial $(PYTEST_ARGS) $(SERIAL)
-	$(MAKE) test-pooler
 
 # The edit loop: unit tests and the behavioural tests on SQLite (no server needed).
 FAST_TESTS ?= tests/unit tests/integration tests/acceptance tests/console tests/migration tests/chaos
 test-fast: $(STAMP)
 	$(PY) -m pytest $(PARALLEL) -m "not uses_postgres and not uses_mariadb and not serial" $(FAST_TESTS) $(PYTEST_ARGS)
 
-# The PostgreSQL integration and chaos tests again, coordinators and handler processes through
-# PgBouncer in transaction mode (tests/pooler.py; Debian's pgbouncer; one per worker), the
-# server restart of tests/chaos/test_outage.py included (alone, after the parallel part).
-# test_pooler brings its own PgBouncer: first pass only.
+# Only the PgBouncer cases (make test runs them too): the integration and chaos tests with
+# coordinators and handler processes through PgBouncer in transaction mode (tests/pooler.py;
+# Debian's pgbouncer; one per worker), the server restart of tests/chaos/test_outage.py
+# included (alone, after the parallel part). test_pooler brings its own PgBouncer.
 POOLER_TESTS ?= tests/integration tests/chaos --ignore=tests/integration/test_pooler.py
 test-pooler: $(STAMP)
-	DBWORKER_TEST_POOLER=pgbouncer $(PY) -m pytest $(PARALLEL) -k postgresql -m "not serial" $(POOLER_TESTS)
-	DBWORKER_TEST_POOLER=pgbouncer $(PY) -m pytest -k postgresql -m serial $(POOLER_TESTS) $(SERIAL)
+	$(PY) -m pytest $(PARALLEL) -k pgbouncer -m "not serial" $(POOLER_TESTS)
+	$(PY) -m pytest -k pgbouncer -m serial $(POOLER_TESTS) $(SERIAL)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dbworker operator tests benchmarks examples

@@ -101,10 +101,12 @@ HANDLERS = {"noop": noop, "write": write, "latency": latency, "again": again}
 POD_WORKERS = {"dependent": ["dep_first", "dep_second"]}
 
 
-def build_coordinator(url: str, *, concurrency: int) -> Coordinator:
-    """The coordinator a pod runs: every benchmark worker registered, library defaults."""
+def build_coordinator(url: str, *, concurrency: int, history: bool = True) -> Coordinator:
+    """The coordinator a pod runs: every benchmark worker registered, library defaults
+    (``history=False``: no attempt history, ``history_attempts=0``)."""
     engine = create_engine(url)
-    coordinator = Coordinator(sessionmaker(engine), database_url=url)
+    options = {} if history else {"history_attempts": 0}
+    coordinator = Coordinator(sessionmaker(engine), database_url=url, **options)
     for name, handler in HANDLERS.items():
         coordinator.transactional_worker(name=name, source=BenchItem, concurrency=concurrency)(
             handler

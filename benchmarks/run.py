@@ -40,7 +40,7 @@ ALL_WORKLOADS = ("drain_noop", "drain_write", "latency", "drain_history", "fanou
                  "latency_enable", "latency_dependent")  # fmt: skip
 DEFAULT_WORKLOADS = ALL_WORKLOADS[:5]
 LATENCY_WORKLOADS = "latency,latency_enable,latency_dependent"
-ALL_DBWORKER_CONFIGS = ("default", "no-triggers", "trigger")
+ALL_DBWORKER_CONFIGS = ("default", "no-triggers", "trigger", "no-history")
 DEFAULT_MARIADB_URL = "mysql+pymysql://root@127.0.0.1:3306/bench"
 DEFAULT_SQLITE_PATH = "/tmp/dbworker-bench/bench.sqlite"
 
@@ -64,7 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dbworker-configs", default="default,no-triggers,trigger",
                         help="dbworker configurations on PostgreSQL: default (plain "
                              "upgrade_worker_tables()), no-triggers (its opt-out), trigger "
-                             "(plus install_notify_triggers())")
+                             "(plus install_notify_triggers()), no-history (history_attempts=0)")
     parser.add_argument("--dbworker-configs-elsewhere", default="default",
                         help="dbworker configurations on SQLite and MariaDB")
     parser.add_argument("--no-notify-trigger", action="store_true",

@@ -12,7 +12,9 @@ The configuration (issue 15) says how `migrate` sets the database up:
 - `no-triggers`: the documented opt-out, `upgrade_worker_tables(wakeup_triggers=False)`
   (a library without that keyword: plain `upgrade_worker_tables()`);
 - `trigger`: `default` plus `coordinator.install_notify_triggers()` (0.1.0's opt-in
-  PostgreSQL trigger, `dbworker migrate --notify-triggers`).
+  PostgreSQL trigger, `dbworker migrate --notify-triggers`);
+- `no-history`: `default`, with pods that record no attempt history
+  (`Coordinator(history_attempts=0)`, issue 30): what the history costs a drain.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ ITEM_TABLE = table("bench_item", column("id"))
 GATE_TABLE = table("bench_gate", column("id"), column("ready"))
 DEP_TABLE = table("bench_dep", column("id"))
 HISTORY_CHUNK = 10_000
-CONFIGS = ("default", "no-triggers", "trigger")
+CONFIGS = ("default", "no-triggers", "trigger", "no-history")
 # Per benchmark kind: the source table it inserts into and the worker whose FINISHED marks
 # an item complete (default: bench_item and the kind's own worker).
 SOURCE_TABLES = {"enable": GATE_TABLE, "dependent": DEP_TABLE}
@@ -136,7 +138,7 @@ class DbworkerSystem:
             sys.executable, "-m", "benchmarks.sys_dbworker", "serve",
             "--worker", kind, "--concurrency", str(self._concurrency),
         ]  # fmt: skip
-        return argv, {"BENCH_DB_URL": self._url}
+        return argv, {"BENCH_DB_URL": self._url, "BENCH_DBWORKER_CONFIG": self.config}
 
     def enqueue(self, items: Sequence[int], kind: Kind) -> None:
         source = SOURCE_TABLES.get(kind, ITEM_TABLE)
@@ -187,7 +189,8 @@ def finished_row(work: Table) -> dict[str, Any]:
 def _serve(worker: str, concurrency: int) -> None:
     from benchmarks import dbworker_app
 
-    coordinator = dbworker_app.build_coordinator(os.environ["BENCH_DB_URL"], concurrency=concurrency)
+    history = os.environ.get("BENCH_DBWORKER_CONFIG", "default") != "no-history"
+    coordinator = dbworker_app.build_coordinator(os.environ["BENCH_DB_URL"], concurrency=concurrency, history=history)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -22,7 +22,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import SingletonThreadPool, StaticPool
 
-from dbworker import logs, messages, progress, redact
+from dbworker import attemptlogs, logs, messages, progress, redact
 from dbworker.contract import ExecutionStatus, Finished, Handler, LostClaim, Unfinished
 from dbworker.messages import DELETED, FINISHED, LOST, RETRY, UNFINISHED, Outcome, Report
 from dbworker.retries import Retry
@@ -50,6 +50,8 @@ class ChildConfig:
     # the library runs inside an application (handler processes then configure nothing).
     log: tuple[str, str, tuple[str, ...]] | None = field(default=None, repr=False)
     retry: Retry | None = None  # the worker's retry policy, for failures the handler raises
+    history_logs: bool = True  # keep each attempt's log records with its history row
+    history: bool = True  # record attempts at all (Coordinator(history_attempts=0): no)
 
 
 class CommittedBehindOurBack(RuntimeError):
@@ -100,9 +102,16 @@ class Runner:
         self.engine = sa.create_engine(config.database_url, **config.engine_options) if engine is None else engine
         self.table = tables.work_table(config.worker, config.source)
         self.secrets = redact.url_secrets(config.database_url)
-        self.history = history.history_table(self.table)
+        self.history = history.history_table(self.table) if config.history else None
         self.claimed_by = claimer.identity(config.parent_pid)  # the pod process that claims
         self._attempt = history.Attempt(self.history, None, self.claimed_by)
+        # The handler's log records, kept with the attempt's history row: in memory until the
+        # row is written with the outcome (the fenced commit, or the failure's own transaction
+        # after the rollback), so they survive a rollback and a failure; a crash loses them.
+        self._capture: attemptlogs.Capture | None = None
+        if config.history_logs and config.history:
+            self._capture = attemptlogs.Capture(self.secrets + (config.log[2] if config.log else ()))
+            logging.getLogger().addHandler(self._capture)
         self._complete = items.Completer(self.table)
         # Built once: session.get() redoes per call what a fresh session never needs
         # (identity-map lookup, a new statement and its cache key).
@@ -131,9 +140,17 @@ class Runner:
         self._last_exc: BaseException | None = None
         self._traceback: str | None = None
         self._after: float | None = None
-        self._attempt = history.Attempt(self.history, history.utcnow(), self.claimed_by)
-        with progress.running(lambda fraction, note: self._report(claim, fraction, note)):
-            outcome, error = self._execute(claim)
+        capture = self._capture
+        self._attempt = history.Attempt(self.history, history.utcnow(), self.claimed_by,
+                                        None if capture is None else capture.text)  # fmt: skip
+        if capture is not None:
+            capture.start()
+        try:
+            with progress.running(lambda fraction, note: self._report(claim, fraction, note)):
+                outcome, error = self._execute(claim)
+        finally:
+            if capture is not None:
+                capture.stop()
         summary = redact.describe(self._last_exc, self.secrets) if self._last_exc is not None else ""
         return Report(claim.source_id, claim.token, outcome, time.perf_counter() - start, error, summary,
                       self._traceback, self._after)  # fmt: skip
@@ -222,12 +239,13 @@ class Runner:
                     self._after = after
                 else:  # the hot path, precompiled; Unfinished() starts the next step's attempts
                     status = ExecutionStatus.FINISHED if isinstance(result, Finished) else ExecutionStatus.UNFINISHED
-                    current = self._complete(conn, claim, status)
+                    current = self._complete(conn, claim, status, self._attempt)
                 if not current:
                     _rollback(session)
                     self._last_exc = LostClaim(f"the claim of item {claim.source_id!r} is no longer ours")
                     return self._gone_or(claim, (LOST, None))
-                self._attempt.record(conn, claim.source_id, (FINISHED if isinstance(result, Finished) else UNFINISHED).value)
+                if after:
+                    self._attempt.record(conn, claim.source_id, UNFINISHED.value)
                 session.info[_MAY_COMMIT] = True
                 session.commit()
             except Exception as exc:
@@ -282,6 +300,8 @@ class Runner:
         return outcome, error
 
     def close(self) -> None:
+        if self._capture is not None:
+            logging.getLogger().removeHandler(self._capture)
         self._ends.detach(self.engine)
         if self._own_engine:
             self.engine.dispose()

@@ -64,9 +64,11 @@ class Coordinator:
         transaction_pooler: bool = False,
         history_attempts: int = settings.HISTORY_ATTEMPTS,
         history_days: float = settings.HISTORY_DAYS,
+        history_logs: bool = settings.HISTORY_LOGS,
     ) -> None:
         """``history_attempts``, ``history_days``: each item's attempt history keeps its newest
-        ``history_attempts`` attempts, none older than ``history_days`` (docs/history.md).
+        ``history_attempts`` attempts, none older than ``history_days`` (docs/history.md);
+        ``history_logs``: each attempt keeps the log records its handler wrote.
         ``transaction_pooler``: ``database_url`` and the session factory's engine reach
         PostgreSQL through a transaction pooler (PgBouncer ``pool_mode = transaction``):
         no server-side prepared statements on any connection dbworker uses or builds, and no
@@ -80,7 +82,8 @@ class Coordinator:
         self._session_factory = session_factory
         self._engine_options = settings.engine_options(engine_options)
         self._settings = settings.settings(lease_seconds, poll_seconds, max_poll_seconds,
-                                           history_attempts=history_attempts, history_days=history_days)
+                                           history_attempts=history_attempts, history_days=history_days,
+                                           history_logs=history_logs)  # fmt: skip
         self._secrets = redact.url_secrets(self._url)
         self._listen_url: URL | None = None
         self._transaction_pooler = False
@@ -119,6 +122,11 @@ class Coordinator:
         return self._settings.history_days
 
     @property
+    def history_logs(self) -> bool:
+        """Whether each attempt keeps the log records its handler wrote (docs/history.md)."""
+        return self._settings.history_logs
+
+    @property
     def secrets(self) -> tuple[str, ...]:
         """What logs and errors must never show: the database URL's password (for ``logs.mask``)."""
         return self._secrets
@@ -154,7 +162,7 @@ class Coordinator:
             s.lease_seconds if lease_seconds is None else lease_seconds,
             s.poll_seconds if poll_seconds is None else poll_seconds,
             s.max_poll_seconds if max_poll_seconds is None else max_poll_seconds,
-            history_attempts=s.history_attempts, history_days=s.history_days,
+            history_attempts=s.history_attempts, history_days=s.history_days, history_logs=s.history_logs,
         )
 
     def set_concurrency(self, name: str, concurrency: int) -> None:
@@ -380,7 +388,9 @@ class Coordinator:
             selected = [self._get(n) for n in names]
             configs = {w.name: startup.child_config(w, self._url, engine_options=self._engine_options,
                                                     transaction_pooler=self._transaction_pooler,
-                                                    secrets=self._secrets) for w in selected}  # fmt: skip
+                                                    secrets=self._secrets, history_logs=self.history_logs,
+                                                    history=self.history_attempts > 0)
+                       for w in selected}  # fmt: skip
             startup.check_layout(self.engine, [w.table for w in selected])
             self._started = True
         engine = self.engine

@@ -20,6 +20,7 @@ FIELDS = ("lease_seconds", "poll_seconds", "max_poll_seconds")
 # The attempt history (docs/history.md): the newest attempts kept per item, and for how long.
 HISTORY_ATTEMPTS = 20
 HISTORY_DAYS = 30.0
+HISTORY_LOGS = True  # keep each attempt's log records with it (dbworker.attemptlogs)
 
 
 @dataclass(frozen=True)
@@ -31,13 +32,22 @@ class Settings:
     max_poll_seconds: float
     history_attempts: int = HISTORY_ATTEMPTS
     history_days: float = HISTORY_DAYS
+    history_logs: bool = HISTORY_LOGS
+
+
+def check_logs(value: object) -> bool:
+    """``history_logs`` (True or False); ``ValueError`` naming the field otherwise."""
+    if not isinstance(value, bool):
+        raise ValueError(f"history_logs must be True or False (keep each attempt's log records), got {value!r}")
+    return value
 
 
 def check_history(attempts: object, days: object) -> tuple[int, float]:
-    """``history_attempts`` (a positive int) and ``history_days`` (positive); ``ValueError``
-    naming the field otherwise."""
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-        raise ValueError(f"history_attempts must be a positive integer (attempts kept per item), got {attempts!r}")
+    """``history_attempts`` (an int >= 0; 0 records no attempts) and ``history_days``
+    (positive); ``ValueError`` naming the field otherwise."""
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 0:
+        raise ValueError(f"history_attempts must be an integer >= 0 (attempts kept per item; 0 records none), "
+                         f"got {attempts!r}")
     if isinstance(days, bool) or not isinstance(days, int | float) or not days > 0:
         raise ValueError(f"history_days must be a positive number of days (attempts kept this long), got {days!r}")
     bounds.check(days * 86400.0, bounds.WAIT, field="history_days (in seconds)")
@@ -63,7 +73,7 @@ def check_order(poll_seconds: float, max_poll_seconds: float, *, poll_field: str
 
 def settings(lease_seconds: object, poll_seconds: object, max_poll_seconds: object, *,
              fields: Mapping[str, str] | None = None, history_attempts: object = HISTORY_ATTEMPTS,
-             history_days: object = HISTORY_DAYS) -> Settings:  # fmt: skip
+             history_days: object = HISTORY_DAYS, history_logs: object = HISTORY_LOGS) -> Settings:  # fmt: skip
     """Validated settings; ``fields`` renames fields in messages (e.g. to a flag's name)."""
     names = {name: (fields or {}).get(name, name) for name in FIELDS}
     kept, days = check_history(history_attempts, history_days)
@@ -73,6 +83,7 @@ def settings(lease_seconds: object, poll_seconds: object, max_poll_seconds: obje
         max_poll_seconds=check_seconds(max_poll_seconds, field=names["max_poll_seconds"]),
         history_attempts=kept,
         history_days=days,
+        history_logs=check_logs(history_logs),
     )
     check_order(built.poll_seconds, built.max_poll_seconds, poll_field=names["poll_seconds"],
                 max_field=names["max_poll_seconds"])  # fmt: skip

@@ -44,6 +44,8 @@ def child_config(
     engine_options: Mapping[str, Any],
     transaction_pooler: bool,
     secrets: tuple[str, ...],
+    history_logs: bool = True,
+    history: bool = True,
 ) -> ChildConfig:
     """What ``worker``'s handler processes are given; ``ValueError`` when it cannot be pickled."""
     rendered = url.render_as_string(hide_password=False)
@@ -58,6 +60,8 @@ def child_config(
         parent_pid=os.getpid(),
         log=_child_logging(),
         retry=worker.retry,
+        history_logs=history_logs,
+        history=history,
     )
     try:
         pickle.dumps(config)
@@ -79,8 +83,9 @@ def _child_logging() -> tuple[str, str, tuple[str, ...]] | None:
 def check_layout(engine: Engine, work_tables: list[sa.Table]) -> None:
     """``RuntimeError`` naming the fix when a work table has an older layout than this release's."""
     try:
-        lacking = upgrade.lacking_columns(engine, work_tables)
-        absent = upgrade.missing(engine, [history.history_table(t) for t in work_tables])
+        histories = [history.history_table(t) for t in work_tables]
+        lacking = upgrade.lacking_columns(engine, [*work_tables, *histories])
+        absent = upgrade.missing(engine, histories)
     except Exception as exc:  # noqa: BLE001 - the loops report database errors as they go
         log.info("dbworker: could not check the work tables' layout: %s", redact.describe(exc))
         return

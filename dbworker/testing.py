@@ -67,11 +67,12 @@ def drain(coordinator: Coordinator, *, workers: Iterable[str] | None = None, max
 def child_config(coordinator: Coordinator, worker: str) -> ChildConfig:
     """What a handler process of ``worker`` is given (for tests that run a pool or a runner)."""
     w = next(r for r in coordinator.registrations() if r.name == coordinator.workers[worker].name)
-    return _config(w, coordinator.engine.url)
+    return _config(w, coordinator.engine.url, history_logs=coordinator.history_logs,
+                   history=coordinator.history_attempts > 0)
 
 
-def _config(worker: RegisteredWorker, url: URL) -> ChildConfig:
+def _config(worker: RegisteredWorker, url: URL, *, history_logs: bool = True, history: bool = True) -> ChildConfig:
     return ChildConfig(
         worker=worker.name, database_url=url.render_as_string(hide_password=False), engine_options={}, handler=worker.handler,
-        source=worker.source, parent_pid=os.getpid(), retry=worker.retry,
+        source=worker.source, parent_pid=os.getpid(), retry=worker.retry, history_logs=history_logs, history=history,
     )  # fmt: skip

@@ -8,10 +8,12 @@ reach every session of a database that LISTENs, whatever its schema: a database 
 one test's NOTIFYs (``rows:items [1]``) from waking, and so helping, another test's coordinator,
 and lets a test find its own sessions by ``current_database()``.
 
-Every test is marked with the servers it needs (``uses_postgres``, ``uses_mariadb``; names
-that ``-k postgresql``, the pooler pass's selection, does not match), so ``make test-fast``
-can leave them out; tests marked ``slow`` are started first, so parallel workers
-run the short ones beside them instead of waiting for them at the end.
+The integration and chaos tests take a fourth `db`, ``pgbouncer``: PostgreSQL through PgBouncer
+in transaction mode (tests/pooler.py), in the same pass as the others.
+
+Every test is marked with the servers it needs (``uses_postgres``, ``uses_mariadb``), so
+``make test-fast`` can leave them out; tests marked ``slow`` are started first, so parallel
+workers run the short ones beside them instead of waiting for them at the end.
 """
 
 from __future__ import annotations
@@ -28,10 +30,13 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import sessionmaker
 
 from tests import pooler
+from tests.scheduling import pytest_xdist_make_scheduler  # noqa: F401 - make test's --dist loadgroup
 
 PG_ADMIN_URL = os.environ.get("DBWORKER_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 MARIADB_ADMIN_URL = os.environ.get("DBWORKER_TEST_MARIADB", "mysql+pymysql://root@127.0.0.1:3306/test")
 BACKENDS = ("sqlite", "postgresql", "mariadb")
+# PostgreSQL through PgBouncer: a `db` of the integration and chaos tests (tests/pooler.py).
+POOLED = "pgbouncer"
 
 
 @dataclass
@@ -48,9 +53,6 @@ class Database:
 
 
 def _postgres(name: str) -> Iterator[Database]:
-    if pooler.enabled():
-        yield from _postgres_pooled(name)
-        return
     pooler.create_database(name)
     try:
         server = make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
@@ -69,14 +71,18 @@ def _postgres(name: str) -> Iterator[Database]:
 
 
 def _postgres_pooled(name: str) -> Iterator[Database]:
-    # Through PgBouncer (tests/pooler.py): a database per test, since it drops search_path.
+    # Through PgBouncer (tests/pooler.py): a database per test, since it drops search_path;
+    # routed() tells the coordinators this test (and the processes it starts) builds.
     pooler.create_database(name)
     url = pooler.shared().url(name)
-    engine = sa.create_engine(url, pool_pre_ping=True, **pooler.engine_options(url))
     try:
-        yield Database("postgresql", url, engine)
+        with pooler.routed():
+            engine = sa.create_engine(url, pool_pre_ping=True, **pooler.engine_options(url))
+            try:
+                yield Database("postgresql", url, engine)
+            finally:
+                engine.dispose()
     finally:
-        engine.dispose()
         pooler.drop_database(name)
 
 
@@ -109,6 +115,8 @@ def open_database(backend: str, tmp_path: Path) -> Iterator[Database]:
     name = "dbw_" + secrets.token_hex(6)
     if backend == "postgresql":
         yield from _postgres(name)
+    elif backend == POOLED:
+        yield from _postgres_pooled(name)
     elif backend == "mariadb":
         yield from _mariadb(name)
     else:
@@ -129,7 +137,7 @@ def pg(tmp_path: Path) -> Iterator[Database]:
 # Fixtures that run a test on one server, and the fixtures whose parameter names the server.
 _SERVER_FIXTURES = {"pg": "postgresql", "pg_db": "postgresql", "pooled": "postgresql"}
 _BACKEND_PARAMETERS = ("db", "appdb", "appdb_all", "system")
-_MARKERS = {"postgresql": "uses_postgres", "mariadb": "uses_mariadb"}
+_MARKERS = {"postgresql": "uses_postgres", POOLED: "uses_postgres", "mariadb": "uses_mariadb"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,21 +1,24 @@
 """PgBouncer in transaction mode in front of the test PostgreSQL server (Debian's package).
 
-``DBWORKER_TEST_POOLER=pgbouncer`` routes the `db` fixture's PostgreSQL case through one
+The `db` fixture's ``pgbouncer`` case (the integration and chaos tests) goes through one
 PgBouncer per test process, with a database per test (PgBouncer does not forward the
-``options=-csearch_path`` the direct case isolates tests with); ``coordinator_options`` gives
-the coordinators under test ``transaction_pooler=True`` and the direct server for LISTEN.
-``Bouncer.start`` is also what the pooler's own tests use, in either pass.
+``options=-csearch_path`` the direct case isolates tests with). While such a test runs,
+``DBWORKER_TEST_POOLER=pgbouncer`` is set (``routed``; the processes it starts inherit it) and
+``coordinator_options`` gives the coordinators it builds ``transaction_pooler=True`` and the
+direct server for LISTEN. ``Bouncer`` is also what the pooler's own tests start.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import pwd
 import shutil
 import socket
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +35,22 @@ CONNECT_ARGS = {"prepare_threshold": None}
 
 
 def enabled() -> bool:
-    """Whether this run routes PostgreSQL through PgBouncer (the second pass of ``make test``)."""
+    """Whether the test under way goes through PgBouncer (its `db` is ``pgbouncer``)."""
     return os.environ.get(POOLER_ENV, "") == "pgbouncer"
+
+
+@contextlib.contextmanager
+def routed() -> Iterator[None]:
+    """Mark this process, and those it starts meanwhile, as going through PgBouncer."""
+    before = os.environ.get(POOLER_ENV)
+    os.environ[POOLER_ENV] = "pgbouncer"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[POOLER_ENV]
+        else:
+            os.environ[POOLER_ENV] = before
 
 
 def _free_port() -> int:

@@ -10,14 +10,21 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
-from dbworker.console import actions, queries
-from dbworker.console.context import acting_on, console_of, key_or_400, who_of, worker_or_404
+from dbworker.console import actions, queries, sets
+from dbworker.console.context import (
+    acting_on,
+    console_of,
+    filter_or_400,
+    key_or_400,
+    who_of,
+    worker_or_404,
+)
 
 router = APIRouter(prefix="/api", tags=["api"])
 
-StatusFilter = Annotated[
-    str | None, Query(description="only items in this status", pattern="^(failed|working|unfinished|finished)$")
-]
+StatusFilter = Annotated[str | None, Query(description="only items in this status: failed, working, unfinished or finished")]
+Moment = Annotated[str | None, Query(description="ISO 8601 (UTC without an offset), on the item's ended_at (when it "
+                                                 "last finished or failed)")]  # fmt: skip
 
 
 @router.get("/workers", summary="Every worker: counts, claimable, running by pod, failures in the last hour, pause")
@@ -26,21 +33,32 @@ def workers(request: Request) -> dict[str, Any]:
     return {"workers": [w.as_json() for w in queries.overview(console.coordinator)], "read_only": console.read_only}
 
 
-@router.get("/workers/{worker}/items", summary="A page of a worker's items, newest (highest id) first")
+@router.get(
+    "/workers/{worker}/items",
+    summary="A page of a worker's items, newest (highest id) first, filtered by status, time, error and source columns",
+    description="Also `col.<column>=<value>` (equals), `col.<column>.gte=` and `col.<column>.lte=` on the source "
+    "model's indexed columns (`GET /api/workers` does not list them; a wrong one gets a 400 naming those offered). "
+    "Pass the same parameters with `before` for the next page.",
+)
 def items(
     request: Request,
     worker: str,
     status: StatusFilter = None,
+    since: Moment = None,
+    until: Moment = None,
+    error: Annotated[str | None, Query(description="a substring of the item's error (any case)")] = None,
     before: Annotated[str | None, Query(description="the `next` value of the previous page")] = None,
     id: Annotated[str | None, Query(description="look up this id only")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = queries.PAGE_SIZE,
 ) -> dict[str, Any]:
     console = console_of(request)
     name = worker_or_404(console, worker)
+    where = filter_or_400(console, name, request.query_params.multi_items())
     below = None if before is None else key_or_400(console, name, before, field="before")
     one = None if id is None else key_or_400(console, name, id)
-    rows, after = queries.items(console.coordinator, name, status=status, before=below, source_id=one, limit=limit)
-    return {"worker": name, "status": status, "items": rows, "next": after}
+    rows, after = queries.items(console.coordinator, name, status=where.status, before=below, source_id=one,
+                                limit=limit, where=where)  # fmt: skip
+    return {"worker": name, "status": where.status, "filter": dict(where.params()), "items": rows, "next": after}
 
 
 @router.get("/workers/{worker}/items/{item_id:path}", summary="One item: its work state and traceback, and its source row")
@@ -75,6 +93,31 @@ def cancel(request: Request, worker: str, item_id: str) -> dict[str, Any]:
 def retry_all(request: Request, worker: str) -> dict[str, Any]:
     console, name = acting_on(request, worker)
     return {"retried": actions.retry_all(console.coordinator, name, who=who_of(request).name)}
+
+
+@router.post(
+    "/workers/{worker}/act/{action}",
+    summary="Retry, cancel or run again every item the filter matches (the items endpoint's parameters), in batches",
+    description="`action`: `retry` (failed items), `cancel` (working and unfinished ones) or `run-again` (finished and "
+    "failed ones). Answers how many changed; `dry_run=true` only counts (up to 100,000, then 100,001). Each action "
+    "leaves an audit line (`GET /api/workers/{worker}/actions`).",
+)
+def act(request: Request, worker: str, action: str, dry_run: bool = False) -> dict[str, Any]:
+    console, name = acting_on(request, worker)
+    if action not in sets.ACTIONS:
+        raise HTTPException(404, f"unknown action {action!r} (one of {', '.join(sets.ACTIONS)})")
+    where = filter_or_400(console, name, [(k, v) for k, v in request.query_params.multi_items() if k != "dry_run"])
+    if dry_run:
+        return {"action": action, "filter": dict(where.params()), "matching": sets.count(console.coordinator, name, where, action)}
+    changed = sets.act(console.coordinator, name, where, action, who=who_of(request).name)
+    return {"action": action, "filter": dict(where.params()), "changed": changed}
+
+
+@router.get("/workers/{worker}/actions", summary="The latest actions on sets of a worker's items: who, filter, how many")
+def set_actions(request: Request, worker: str) -> dict[str, Any]:
+    console = console_of(request)
+    name = worker_or_404(console, worker)
+    return {"worker": name, "actions": sets.recent(console.coordinator, name)}
 
 
 @router.post("/workers/{worker}/pause", summary="Stop claiming for a worker in every pod (running handlers finish)")

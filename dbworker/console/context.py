@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,7 +10,7 @@ from fastapi import HTTPException
 from starlette.requests import Request
 
 import dbworker
-from dbworker.console import queries
+from dbworker.console import filters, queries
 from dbworker.console.auth import Auth, Throttle, Who
 from dbworker.sql import keys
 
@@ -67,3 +68,11 @@ def key_or_400(console: Console, worker: str, raw: str, *, field: str = "id") ->
         raise HTTPException(404, f"{field}: {exc}") from None
     except ValueError as exc:
         raise HTTPException(400, f"{field}: {exc}") from None
+
+
+def filter_or_400(console: Console, worker: str, params: Iterable[tuple[str, str]]) -> filters.ItemFilter:
+    """The item filter in ``params`` (``filters.parse``): 400 naming the parameter that is wrong."""
+    try:
+        return filters.parse(params, console.coordinator.workers[worker].source, console.coordinator.engine.dialect)
+    except filters.FilterError as exc:
+        raise HTTPException(400, str(exc)) from None

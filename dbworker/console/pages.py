@@ -18,12 +18,14 @@ from urllib.parse import parse_qsl, quote, urlencode
 from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
+from starlette.concurrency import run_in_threadpool
 
-from dbworker.console import actions, auth, queries
+from dbworker.console import actions, auth, filters, queries, sets
 from dbworker.console.context import (
     Console,
     acting_on,
     console_of,
+    filter_or_400,
     key_or_400,
     who_of,
     worker_or_404,
@@ -54,6 +56,7 @@ DONE = {
     "retried-all": "Failed items reset: they will be claimed again.",
     "paused": "Worker paused: every pod stops claiming for it within a second; running handlers finish.",
     "resumed": "Worker resumed.",
+    "acted": "Done: the items the filter matched were changed (see the actions below).",
 }
 
 CsrfField = Annotated[str, Form()]
@@ -77,18 +80,45 @@ def overview(request: Request) -> Response:
 
 
 @router.get("/workers/{worker}")
-def worker_page(request: Request, worker: str, status: str = "", before: str = "", id: str = "") -> Response:
+def worker_page(request: Request, worker: str, before: str = "", id: str = "") -> Response:
     console = console_of(request)
     name = worker_or_404(console, worker)
-    if status and status not in queries.FILTERS:
-        raise HTTPException(400, f"status {status!r} is not one of {', '.join(queries.FILTERS)} (or empty for all)")
+    where = filter_or_400(console, name, request.query_params.multi_items())
     below = key_or_400(console, name, before, field="before") if before else None
     one = key_or_400(console, name, id.strip()) if id.strip() else None  # typed in a search box
-    rows, after = queries.items(console.coordinator, name, status=status or None, before=below, source_id=one)
+    rows, after = queries.items(console.coordinator, name, status=where.status, before=below, source_id=one, where=where)
     return render(
-        request, "worker.html", worker=name, status=status, rows=rows, after=after, search=id,
-        paused=queries.paused(console.coordinator, name), filters=queries.FILTERS,
+        request, "worker.html", worker=name, status=where.status or "", rows=rows, after=after, search=id,
+        paused=queries.paused(console.coordinator, name), filters=queries.FILTERS, where=where,
+        query=urlencode(where.params()), given=dict(where.params()),
+        columns=[(c.name, filters.describe(c)) for c in filters.offered(console.coordinator.workers[name].source)],
+        set_actions=sets.VERBS, audit=sets.recent(console.coordinator, name),
     )  # fmt: skip
+
+
+@router.get("/workers/{worker}/act/{action}")
+def confirm_set_action(request: Request, worker: str, action: str) -> Response:
+    """The confirmation of an action on every item a filter matches, stating the count."""
+    console, name = acting_on(request, worker)
+    if action not in sets.ACTIONS:
+        raise HTTPException(404, f"unknown action {action!r} (one of {', '.join(sets.ACTIONS)})")
+    where = filter_or_400(console, name, [(k, v) for k, v in request.query_params.multi_items() if k != "done"])
+    return render(request, "confirm_set.html", worker=name, action=action, verb=sets.VERBS[action],
+                  applies=sets.ACTIONS[action], where=where, query=urlencode(where.params()),
+                  count=sets.count(console.coordinator, name, where, action), cap=sets.COUNT_CAP, batch=sets.BATCH)  # fmt: skip
+
+
+@router.post("/workers/{worker}/act/{action}")
+async def set_action(request: Request, worker: str, action: str) -> Response:
+    """Apply an action to every item the posted filter matches (the confirmation's form)."""
+    form = await request.form()
+    fields = [(k, str(v)) for k, v in form.multi_items()]
+    console, name = _acting(request, worker, dict(fields).get("csrf", ""))
+    if action not in sets.ACTIONS:
+        raise HTTPException(404, f"unknown action {action!r} (one of {', '.join(sets.ACTIONS)})")
+    where = filter_or_400(console, name, [(k, v) for k, v in fields if k != "csrf"])
+    await run_in_threadpool(sets.act, console.coordinator, name, where, action, who=who_of(request).name)
+    return _back(f"/workers/{name}?{urlencode(where.params())}", "acted")
 
 
 @router.get("/workers/{worker}/items/{item_id:path}")

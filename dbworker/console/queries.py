@@ -20,7 +20,8 @@ from sqlalchemy import orm
 
 import dbworker
 from dbworker import redact
-from dbworker.sql import browse, claimer, keys, pauses
+from dbworker.console import filters, timeline
+from dbworker.sql import browse, claimer, keys, pauses, tables
 from dbworker.wakeups import dependencies
 
 PAGE_SIZE = 50
@@ -156,15 +157,20 @@ def items(
     before: Any = None,
     source_id: Any = None,
     limit: int = PAGE_SIZE,
+    where: filters.ItemFilter | None = None,
 ) -> tuple[list[dict[str, Any]], Any]:
-    """One page of ``worker``'s items, newest (highest key) first, and the key the next page
-    starts below (None: the last page).
+    """One page of ``worker``'s items meeting ``status`` and ``where``, newest (highest key)
+    first, and the key the next page starts below (None: the last page).
     """
-    table = coordinator.workers[worker].table
+    view = coordinator.workers[worker]
+    table = view.table
+    source = tables.source_key(view.source).table
+    chosen = where or filters.ItemFilter()
     with coordinator.engine.connect() as conn:
         found = browse.page(
-            conn, table, statuses=[status] if status else [], before=before, source_id=source_id, limit=limit
-        )
+            conn, table, statuses=[status] if status else [], before=before, source_id=source_id, limit=limit,
+            conditions=chosen.conditions(table, source), source=source if chosen.needs_source else None,
+        )  # fmt: skip
         now = browse.server_now(conn)
     return [item_row(r, now) for r in found.rows], (found.last_key if found.more else None)
 
@@ -183,8 +189,14 @@ def item(coordinator: dbworker.Coordinator, worker: str, source_id: Any) -> dict
     if state is not None:
         raw = dict(state)
         raw["execution_status"] = raw["execution_status"].value
-        record = item_row(raw, now) | {"traceback": state.get("traceback"), "progress": _progress(state.get("progress")),
-                                        "history": [_attempt(a) for a in state.get("history") or []]}  # fmt: skip
+        attempts = state.get("history") or []
+        spans = [(_as_datetime(a["started_at"]), _as_datetime(a["ended_at"]) or now) for a in attempts]
+        history = [_attempt(a) | {"bar": bar} for a, bar in zip(attempts, timeline.bars(spans), strict=True)]
+        span = timeline.axis(spans)
+        record = item_row(raw, now) | {
+            "traceback": state.get("traceback"), "progress": _progress(state.get("progress")), "history": history,
+            "timeline": None if span is None else {"from": _iso(span[0]), "to": _iso(span[1]), "width": timeline.WIDTH},
+        }  # fmt: skip
     return {"id": source_id, "worker": worker, "state": record, "source": columns}
 
 
@@ -249,6 +261,7 @@ def _attempt(attempt: dict[str, Any]) -> dict[str, Any]:
         "claimed_by": attempt["claimed_by"],
         "pod": pod,
         "pid": pid,
+        "logs": list(attempt.get("logs") or []),
     }
 
 

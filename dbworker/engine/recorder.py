@@ -126,7 +126,8 @@ class Recorder:
         """
         w = self._ctx.worker
         started = None if since is None else history.utcnow() - dt.timedelta(seconds=time.monotonic() - since)
-        record = history.Attempt(history.history_table(w.table), started, claimer.identity())
+        kept = history.history_table(w.table) if self._ctx.settings.history_attempts else None
+        record = history.Attempt(kept, started, claimer.identity())
         try:
             with connect(self._ctx.engine) as conn:
                 outcome, after = items.failed_attempt(conn, w.table, claim, error=error, retry=w.retry, final=final,

@@ -39,7 +39,8 @@ def show(options: opts.Options, coordinator: dbworker.Coordinator) -> int:
 
 
 def render(worker: str, source_id: Any, state: Mapping[str, Any]) -> str:
-    """The item as text: status, attempts of the step, progress, then its history."""
+    """The item as text: status, attempts of the step, progress, then its history (each
+    attempt's log records below it)."""
     lines = [
         f"worker {worker}, item {source_id!r}: {state['execution_status'].value}, "
         f"attempt {state.get('attempts', 0)} of the current step",
@@ -59,4 +60,7 @@ def render(worker: str, source_id: Any, state: Mapping[str, Any]) -> str:
             f"  {attempt['started_at'] or '?'} .. {attempt['ended_at']}  {attempt['outcome']:<10} "
             f"on {attempt['claimed_by'] or '?'}{error}"
         )
+        for record in attempt.get("logs") or []:  # its log records, one line each
+            lines.append(f"    {record.get('at')} {record.get('level')} {record.get('logger')}: "
+                         f"{termination.first_line(record.get('message'))}")  # fmt: skip
     return "\n".join(lines)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -162,6 +163,9 @@ class WorkerMetrics(observe.Observer):
             registry=registry,
         )
 
+        self._per_item: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
+        self._active: dict[str, Any] = {}
+
     def touch(
         self,
         workers: Iterable[str],
@@ -213,13 +217,23 @@ class WorkerMetrics(observe.Observer):
         self.claim_duration.labels(worker).observe(max(seconds, 0.0))
 
     def executed(self, worker: str, *, outcome: str, seconds: float | None) -> None:
-        self.executions.labels(worker, outcome).inc()
-        self.attempts.labels(worker).inc()
+        # Once per item: the labelled series are looked up once (``labels()`` locks and checks).
+        found = self._per_item.get((worker, outcome))
+        if found is None:
+            found = (self.executions.labels(worker, outcome), self.attempts.labels(worker),
+                     self.handler_duration.labels(worker, outcome))  # fmt: skip
+            self._per_item[(worker, outcome)] = found
+        executions, attempts, duration = found
+        executions.inc()
+        attempts.inc()
         if seconds is not None:
-            self.handler_duration.labels(worker, outcome).observe(max(seconds, 0.0))
+            duration.observe(max(seconds, 0.0))
 
     def active(self, worker: str, *, running: int) -> None:
-        self.handlers_active.labels(worker).set(running)
+        gauge = self._active.get(worker)
+        if gauge is None:
+            gauge = self._active[worker] = self.handlers_active.labels(worker)
+        gauge.set(running)
 
     def renewed(self, worker: str, *, result: str, count: int) -> None:
         if count:

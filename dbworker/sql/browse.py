@@ -7,7 +7,7 @@ Nothing here writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -51,12 +51,16 @@ def page(
     before: Any = None,
     source_id: Any = None,
     limit: int = 50,
+    conditions: Sequence[sa.ColumnElement[bool]] = (),
+    source: sa.Table | None = None,
 ) -> Page:
-    """Records in ``statuses`` (all: empty), highest key first, below ``before`` (the last key
-    of the page before); ``source_id`` looks up that one record. Keyset paging on the
-    primary key: no offset, no count.
+    """Records in ``statuses`` (all: empty) meeting ``conditions`` (over the work table and,
+    when given, the ``source`` table joined on its key), highest key first, below ``before``
+    (the last key of the page before); ``source_id`` looks up that one record. Keyset paging
+    on the primary key: no offset, no count.
     """
-    query = page_query(table, statuses=statuses, before=before, source_id=source_id, limit=limit)
+    query = page_query(table, statuses=statuses, before=before, source_id=source_id, limit=limit,
+                       conditions=conditions, source=source)  # fmt: skip
     # Times past what Python holds (stored by an earlier release, or by hand) read as times.LATEST.
     query = query.with_only_columns(*times.readable_columns(table, conn.dialect))
     rows = [dict(r) for r in conn.execute(query).mappings()]
@@ -64,11 +68,17 @@ def page(
 
 
 def page_query(
-    table: sa.Table, *, statuses: Iterable[str] = (), before: Any = None, source_id: Any = None, limit: int = 50
+    table: sa.Table, *, statuses: Iterable[str] = (), before: Any = None, source_id: Any = None, limit: int = 50,
+    conditions: Sequence[sa.ColumnElement[bool]] = (), source: sa.Table | None = None,
 ) -> sa.Select[Any]:
     """``page``'s statement: one row more than ``limit`` tells whether more follow."""
     w = table.c
     query = sa.select(table)
+    if source is not None:
+        key = next(iter(w.source_id.foreign_keys)).column
+        query = query.join(source, key == w.source_id)
+    if conditions:
+        query = query.where(*conditions)
     wanted = list(statuses)
     if wanted:
         query = query.where(w.execution_status.in_(wanted))

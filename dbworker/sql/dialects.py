@@ -71,6 +71,12 @@ class Capabilities:
         made by the server)."""
         return self.name == "postgresql" and self.gen_random_uuid
 
+    @property
+    def recorded_writes(self) -> bool:
+        """A fenced UPDATE's RETURNING can feed an INSERT in one statement (a data-modifying
+        CTE: PostgreSQL), so a handler's outcome and its history row are one round trip."""
+        return self.name == "postgresql"
+
     def now(self) -> ColumnElement[dt.datetime]:
         """The server's current time as naive UTC."""
         return self._shift(None)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
+from dbworker import attemptlogs
 from dbworker.sql import dialects, names, tables
 from dbworker.sql.states import clip
 from dbworker.sql.tables import CLAIMER_LENGTH, MICROSECONDS, STATUS_LENGTH
@@ -34,15 +36,21 @@ _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 class Attempt:
     """What the process recording an attempt's outcome knows of it besides the outcome."""
 
-    table: sa.Table  # the worker's history table
+    table: sa.Table | None  # the worker's history table; None: no history kept (history_attempts=0)
     started_at: dt.datetime | None  # naive UTC
     claimed_by: str | None  # host:pid of the pod process that claimed it
+    # The attempt's log records so far, as the ``logs`` column keeps them (``attemptlogs``);
+    # None: not kept (the setting is off, or the attempt's process is gone).
+    logs: Callable[[], str | None] | None = None
 
     def record(self, conn: Connection, source_id: Any, outcome: str, *, error: str | None = None,
                traceback: str | None = None) -> None:  # fmt: skip
-        """``record`` this attempt with its ``outcome``; no commit."""
+        """``record`` this attempt with its ``outcome`` and the records logged until now; no commit."""
+        if self.table is None:
+            return
         record(conn, self.table, source_id, outcome=outcome, started_at=self.started_at,
-               claimed_by=self.claimed_by, error=error, traceback=traceback)  # fmt: skip
+               claimed_by=self.claimed_by, error=error, traceback=traceback,
+               logs=None if self.logs is None else self.logs())  # fmt: skip
 
 
 def table_name(worker: str) -> str:
@@ -70,6 +78,9 @@ def history_table(work: sa.Table) -> sa.Table:
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("traceback", sa.Text(), nullable=True),
         sa.Column("claimed_by", sa.String(CLAIMER_LENGTH), nullable=True),
+        # The handler's log records during the attempt, JSON (``attemptlogs``); added by a later
+        # release than the table (``tables.ADDED_COLUMNS``).
+        sa.Column("logs", sa.Text(), nullable=True),
         sa.Index(names.identifier(f"ix_{name}_source_id"), "source_id", "id"),
         sa.Index(names.identifier(f"ix_{name}_ended_at"), "ended_at"),
         info={"dbworker_history_of": work.name},
@@ -84,8 +95,10 @@ def utcnow() -> dt.datetime:
 
 
 def record(conn: Connection, table: sa.Table, source_id: Any, *, outcome: str, started_at: dt.datetime | None,
-           claimed_by: str | None, error: str | None = None, traceback: str | None = None) -> None:  # fmt: skip
-    """Insert one ended attempt; no commit (the caller's transaction also writes its outcome)."""
+           claimed_by: str | None, error: str | None = None, traceback: str | None = None,
+           logs: str | None = None) -> None:  # fmt: skip
+    """Insert one ended attempt (``logs``: ``attemptlogs.encode``'s JSON); no commit (the
+    caller's transaction also writes its outcome)."""
     conn.execute(_insert(table), {
         "source_id": source_id,
         "started_at": started_at,
@@ -93,7 +106,30 @@ def record(conn: Connection, table: sa.Table, source_id: Any, *, outcome: str, s
         "error": clip(error),
         "traceback": clip(traceback),
         "claimed_by": None if claimed_by is None else claimed_by[:CLAIMER_LENGTH],
+        "logs": logs if logs is None or len(logs) <= attemptlogs.TOTAL_CHARS else None,
     })  # fmt: skip
+
+
+def recorded(update: sa.Update, table: sa.Table) -> sa.Insert:
+    """The fenced write ``update`` of one work row and its attempt's row in ``table`` as one
+    statement (a data-modifying CTE: PostgreSQL), saving a round trip per item.
+
+    The UPDATE's RETURNING feeds the INSERT, so the attempt is recorded exactly when the
+    fence matched, and the statement's row count is the fence's. Parameters: the update's,
+    then ``dbw_started``, ``dbw_outcome``, ``dbw_claimer``. Locks: the update's, and the
+    history row it inserts.
+    """
+    h = table.c
+    done = update.returning(update.table.c.source_id).cte("dbw_done")
+    rows = sa.select(
+        done.c.source_id,
+        sa.bindparam("dbw_started", type_=h.started_at.type),
+        dialects.server_now(),
+        sa.bindparam("dbw_outcome", type_=h.outcome.type),
+        sa.bindparam("dbw_claimer", type_=h.claimed_by.type),
+    )
+    columns = ["source_id", "started_at", "ended_at", "outcome", "claimed_by"]
+    return sa.insert(table).from_select(columns, rows).add_cte(done)
 
 
 @functools.cache
@@ -103,10 +139,11 @@ def _insert(table: sa.Table) -> sa.Insert:
 
 
 def read(session: Session, table: sa.Table, source_id: Any, *, limit: int = 1000) -> list[dict[str, Any]]:
-    """The kept attempts of ``source_id``, oldest first (at most the newest ``limit``)."""
+    """The kept attempts of ``source_id``, oldest first (at most the newest ``limit``), each
+    with ``logs``, its log records (a list of mappings: ``at``, ``level``, ``logger``, ``message``)."""
     h = table.c
     newest = (
-        sa.select(h.started_at, h.ended_at, h.outcome, h.error, h.traceback, h.claimed_by, h.id)
+        sa.select(h.started_at, h.ended_at, h.outcome, h.error, h.traceback, h.claimed_by, h.logs, h.id)
         .where(h.source_id == source_id)
         .order_by(h.id.desc())
         .limit(limit)
@@ -115,6 +152,7 @@ def read(session: Session, table: sa.Table, source_id: Any, *, limit: int = 1000
     rows.reverse()
     for row in rows:
         del row["id"]
+        row["logs"] = attemptlogs.decode(row["logs"])
     return rows
 
 
@@ -138,6 +176,11 @@ def prune(conn: Connection, table: sa.Table, *, keep: int, days: float, since: d
     recent = conn.execute(
         sa.select(h.source_id).where(h.ended_at >= since).group_by(h.source_id).limit(batch)
     ).scalars().all()
+    if recent:  # only the items over ``keep``: one grouped read, not one read per item
+        recent = conn.execute(
+            sa.select(h.source_id).where(h.source_id.in_(list(recent))).group_by(h.source_id)
+            .having(sa.func.count() > keep)
+        ).scalars().all()  # fmt: skip
     budget = batch
     for source_id in recent:
         cut = conn.execute(

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from dbworker import retries
 from dbworker.contract import ExecutionStatus
 from dbworker.messages import Outcome
-from dbworker.sql import dialects, history, notify, statements, transactions
+from dbworker.sql import dialects, history, notify, statements, tables, transactions
 from dbworker.sql.states import CANCELLED, DONE, FAILED, UNFINISHED, WORKING, clip, fence
 
 NEW = "[*]"  # no work record yet: never claimed
@@ -149,28 +149,49 @@ def finish(conn: Connection, table: sa.Table, claim: Claim, status: ExecutionSta
 
 
 class Completer:
-    """``finish`` and ``unfinish`` (no wait) for one work table through ``Precompiled`` (a
-    handler process's hot path)."""
+    """``finish`` and ``unfinish`` (no wait) for one work table, with the attempt's history
+    row, through ``Precompiled`` (a handler process's hot path). Where the server allows
+    (``recorded_writes``) the fenced write and the history row are one statement."""
 
     def __init__(self, table: sa.Table) -> None:
         self._table = table
+        self._history = history.history_table(table)
         self._finish: statements.Precompiled | None = None
         self._step_over: statements.Precompiled | None = None
+        self._recorded = False
+        self._dialect: Any = None
 
-    def __call__(self, conn: Connection, claim: Claim, status: ExecutionStatus) -> bool:
-        if self._finish is None or self._step_over is None:
+    def __call__(self, conn: Connection, claim: Claim, status: ExecutionStatus, attempt: history.Attempt) -> bool:
+        """Record ``status`` (FINISHED or UNFINISHED) and the attempt if ``claim`` is still
+        current; no commit. Whether it was."""
+        if self._finish is None or self._step_over is None or conn.dialect is not self._dialect:
             self.prepare(conn)
         assert self._finish is not None and self._step_over is not None
         values: dict[str, Any] = {"dbw_sid": claim.source_id, "dbw_token": claim.token}
+        outcome = status.value  # the history's outcome names match: finished, unfinished
+        if self._recorded:
+            claimer = attempt.claimed_by
+            values |= {"dbw_started": attempt.started_at, "dbw_outcome": outcome,
+                       "dbw_claimer": None if claimer is None else claimer[:tables.CLAIMER_LENGTH]}  # fmt: skip
         if status is ExecutionStatus.UNFINISHED:
-            return bool(self._step_over.execute(conn, values).rowcount == 1)
-        values |= {"dbw_status": status.value, "dbw_error": None}
-        return bool(self._finish.execute(conn, values).rowcount == 1)
+            current = self._step_over.execute(conn, values).rowcount == 1
+        else:
+            values |= {"dbw_status": status.value, "dbw_error": None}
+            current = self._finish.execute(conn, values).rowcount == 1
+        if current and not self._recorded:
+            attempt.record(conn, claim.source_id, outcome)
+        return bool(current)
 
     def prepare(self, conn: Connection) -> None:
         """Compile for ``conn``'s dialect now (else on first use)."""
         st = statements.of(conn, self._table)
-        self._finish, self._step_over = statements.Precompiled(st.complete), statements.Precompiled(st.step_over)
+        self._dialect = conn.dialect
+        self._recorded = dialects.of(conn).recorded_writes
+        finish, step_over = (
+            (history.recorded(st.complete, self._history), history.recorded(st.step_over, self._history))
+            if self._recorded else (st.complete, st.step_over)
+        )  # fmt: skip
+        self._finish, self._step_over = statements.Precompiled(finish), statements.Precompiled(step_over)
         self._finish.prepare(conn.dialect)
         self._step_over.prepare(conn.dialect)
 
@@ -292,9 +313,7 @@ def cancel(conn: Connection, table: sa.Table, source_id: Any) -> bool:
     handler, and the fence discards whatever it would commit. True if something was cancelled.
     """
     w = table.c
-    values = {"execution_status": FAILED, "claim_token": CANCELLED, "lease_expires_at": None,
-              "error": CANCELLED, "traceback": None, "not_before": None,
-              "ended_at": dialects.of(conn).now()}  # fmt: skip
+    values = _cancelled(conn)
     update = sa.update(table).where(w.source_id == source_id, w.execution_status.not_in(DONE)).values(**values)
     for _ in range(2):
         if conn.execute(update).rowcount == 1:
@@ -313,8 +332,10 @@ def cancel(conn: Connection, table: sa.Table, source_id: Any) -> bool:
     return False
 
 
-def reset(session: Session, table: sa.Table, which: sa.ColumnElement[bool], *, source_table: str) -> int:
-    """Set the FAILED items ``which`` selects back to UNFINISHED, error and claim cleared; how many.
+def reset(session: Session, table: sa.Table, which: sa.ColumnElement[bool], *, source_table: str,
+          statuses: Sequence[str] = (FAILED,)) -> int:  # fmt: skip
+    """Set the items ``which`` selects that are in ``statuses`` (FAILED; FINISHED too to run
+    them again) back to UNFINISHED, error and claim cleared; how many.
 
     The reset keys are announced on ``source_table`` (``notify.announce_rows``: NOTIFY, or
     the change table) with the caller's commit, so pods whose claim sweep passed these items
@@ -323,7 +344,7 @@ def reset(session: Session, table: sa.Table, which: sa.ColumnElement[bool], *, s
     w = table.c
     reset = (
         sa.update(table)
-        .where(which, w.execution_status == FAILED)
+        .where(which, w.execution_status.in_(statuses))
         .values(
             execution_status=UNFINISHED,
             error=None,
@@ -339,10 +360,24 @@ def reset(session: Session, table: sa.Table, which: sa.ColumnElement[bool], *, s
         keys = list(conn.execute(reset.returning(w.source_id)).scalars())
         count = len(keys)
     else:  # no UPDATE ... RETURNING: the keys first, under the same conditions
-        keys = list(conn.execute(sa.select(w.source_id).where(which, w.execution_status == FAILED)).scalars())
+        keys = list(conn.execute(sa.select(w.source_id).where(which, w.execution_status.in_(statuses))).scalars())
         count = int(getattr(conn.execute(reset), "rowcount", 0)) if keys else 0
     notify.announce_rows(conn, source_table, keys)
     return count
+
+
+def cancel_records(conn: Connection, table: sa.Table, source_ids: Sequence[Any]) -> int:
+    """``cancel`` the existing records of ``source_ids`` that are not FINISHED or FAILED, in
+    one statement; no commit. How many."""
+    w = table.c
+    update = sa.update(table).where(w.source_id.in_(list(source_ids)), w.execution_status.not_in(DONE))
+    return int(conn.execute(update.values(**_cancelled(conn))).rowcount)
+
+
+def _cancelled(conn: Connection) -> dict[str, Any]:
+    """What a cancel writes: FAILED, error ``cancelled``, the claim taken away (see ``cancel``)."""
+    return {"execution_status": FAILED, "claim_token": CANCELLED, "lease_expires_at": None,
+            "error": CANCELLED, "traceback": None, "not_before": None, "ended_at": dialects.of(conn).now()}  # fmt: skip
 
 
 def forget(conn: Connection, table: sa.Table, source_ids: Sequence[Any]) -> int:

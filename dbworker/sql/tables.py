@@ -105,10 +105,23 @@ def not_before_index_name(worker: str) -> str:
     return names.identifier(f"ix_{table_name(worker)}_not_before")
 
 
+def ended_at_index_name(worker: str) -> str:
+    """The console's time filters (``since``, ``until``) read ``ended_at`` through it."""
+    return names.identifier(f"ix_{table_name(worker)}_ended_at")
+
+
 # Columns added after 0.0.1, in the order the upgrade adds them (each with a server default
 # or nullable, so existing rows stay valid and 0.0.1 code that never writes them still works).
 ADDED_COLUMNS = ("attempts", "not_before", "traceback", "claimed_by", "ended_at",
-                 "progress_fraction", "progress_note", "progress_at")
+                 "progress_fraction", "progress_note", "progress_at",
+                 "logs")  # the last: of the history table (sql.history), not of work tables
+
+
+def added_columns(table: sa.Table) -> list[str]:
+    """The ``ADDED_COLUMNS`` that belong to ``table``'s layout (a work or a history table)."""
+    return [name for name in ADDED_COLUMNS if name in table.c]
+
+
 PROGRESS_NOTE_CHARS = 200  # dbworker.report_progress(note=...) is cut to this
 
 
@@ -155,6 +168,7 @@ def work_table(worker: str, source: Any) -> sa.Table:
         sa.Column("progress_at", MICROSECONDS, nullable=True),
         sa.Index(status_index_name(worker), "execution_status"),
         sa.Index(not_before_index_name(worker), "not_before"),
+        sa.Index(ended_at_index_name(worker), "ended_at"),
         info={"dbworker_source": key.table},
     )
     cascade_on_sqlite(table)

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from dbworker.sql import dialects, tables
-from dbworker.sql.tables import ADDED_COLUMNS
+from dbworker.sql.tables import ADDED_COLUMNS, added_columns
 
 log = logging.getLogger("dbworker")
 
@@ -204,7 +204,7 @@ def current(engine: Engine, table: sa.Table) -> bool:
             return False
         present = _indexes(conn, table)
         return (
-            set(ADDED_COLUMNS) <= _columns(conn, table)
+            set(added_columns(table)) <= _columns(conn, table)
             and all(tuple(c.name for c in ix.columns) in present for ix in table.indexes)
             and (not _is_work_table(table) or _cascades(conn, table))
         )
@@ -219,7 +219,7 @@ def lacking_columns(engine: Engine, tables: Iterable[sa.Table]) -> dict[str, lis
     for table in tables:
         if inspector.has_table(table.name, schema=table.schema):
             have = {str(c["name"]) for c in inspector.get_columns(table.name, schema=table.schema)}
-            absent = [name for name in ADDED_COLUMNS if name not in have]
+            absent = [name for name in added_columns(table) if name not in have]
             if absent:
                 lacking[table.name] = absent
     return lacking

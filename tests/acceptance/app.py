@@ -28,7 +28,7 @@ class Base(DeclarativeBase):
 class Task(Base):
     __tablename__ = "tasks"
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
-    kind: Mapped[str] = mapped_column(sa.String(20), default="main")
+    kind: Mapped[str] = mapped_column(sa.String(20), default="main", index=True)  # offered by the console's filters
     action: Mapped[str] = mapped_column(sa.String(20), default="finish")
     seconds: Mapped[float] = mapped_column(sa.Float, default=0.0)
     result: Mapped[str | None] = mapped_column(sa.String(100), nullable=True)
@@ -40,6 +40,7 @@ def handle(task: Task, session: Session) -> Outcome:
         session.rollback()  # no read transaction held across the wait
         time.sleep(task.seconds)
     elif task.action == "fail":
+        log.warning("task %s is about to fail", task.id)  # kept with its attempt (docs/history.md)
         raise RuntimeError(f"task {task.id} failed on purpose")
     elif task.action == "exit":
         os._exit(3)

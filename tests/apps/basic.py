@@ -17,6 +17,7 @@ number, so a second commit of the same run would violate the constraint.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -97,6 +98,12 @@ def handle(item: Item, session: Session) -> Outcome:
     if action == "progress":
         report_progress(fraction=0.5, note="half way")
         action = "dbwait"
+    if action in ("log", "logfail"):  # log records kept with the attempt (at WARNING: kept unconfigured)
+        for n in range(1, int(arg or 1) + 1):
+            logging.getLogger("tests.items").warning("item %d record %d via postgresql://bob:hunter22@db/x", item.id, n)
+        if action == "logfail":
+            session.flush()  # the handler's writes roll back; its log records stay
+            raise RuntimeError(f"item {item.id} logged and failed")
     if action == "fail":
         raise RuntimeError(f"item {item.id} asked to fail")
     if action == "sleep":

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import App, app  # noqa: F401 - re-exported fixture
+from tests.integration.conftest import App, app, db  # noqa: F401 - re-exported fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
 

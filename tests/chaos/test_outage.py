@@ -1,13 +1,15 @@
 """The database goes away: a real PostgreSQL restart mid-drain loses nothing and commits once.
 
 No loop ends, claiming resumes by itself, and a handler that was running across the restart
-keeps its claim (its lease is renewed again once the server is back).
+keeps its claim (its lease is renewed again once the server is back). On the server itself
+and through PgBouncer (tests/pooler.py).
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,11 +18,17 @@ from sqlalchemy.orm import Session
 
 from dbworker import ExecutionStatus
 from tests.apps import basic
-from tests.conftest import Database
+from tests.conftest import POOLED, Database, open_database
 from tests.helpers import wait_until
 from tests.integration.conftest import FAST
 
 pytestmark = pytest.mark.serial  # restarts the server every other test uses: run alone (Makefile)
+
+
+@pytest.fixture(params=("postgresql", POOLED))
+def pg(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    yield from open_database(request.param, tmp_path)
+
 
 def restart_postgresql() -> None:
     version = sorted(os.listdir("/etc/postgresql"))[-1]

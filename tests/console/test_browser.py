@@ -22,6 +22,7 @@ from tests.acceptance import app as taskapp
 from tests.acceptance.conftest import AppDb
 from tests.acceptance.support import Worker
 from tests.console.support import SECRET, ConsoleProcess
+from tests.console.test_item_filters import _fill
 from tests.helpers import wait_until
 
 CHROMIUM = "/usr/bin/chromium"
@@ -169,3 +170,69 @@ def test_read_only_console_in_a_browser_has_no_buttons_and_refuses_posts(
     finally:
         console.close()
 
+
+
+def test_item_page_timeline_and_attempt_logs_in_a_browser(appdb: AppDb, tmp_path: Path, browser: object) -> None:
+    appdb.create_worker_tables()
+    appdb.add({"id": 1, "action": "fail"})
+    c = taskapp.build(appdb.url)
+    c.start()
+    try:
+        wait_until(lambda: _status(appdb, "main", 1) is ExecutionStatus.FAILED, what="task 1 to fail")
+    finally:
+        c.stop(timeout=10)
+    console = ConsoleProcess(appdb.url, tmp_path)
+    try:
+        context = browser.new_context()  # type: ignore[attr-defined]
+        page = context.new_page()
+        refused: list[str] = []
+        page.on("console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None)
+        _sign_in(page, console.url)
+        page.goto(console.url + "/workers/main/items/1")
+        bar = page.locator("figure.timeline rect.bar.failed")
+        box = bar.bounding_box()
+        assert box is not None and box["width"] > 100  # the one attempt spans the axis
+        bar.click()
+        assert page.url.endswith("#attempt-1")
+        row = page.locator("tr#attempt-1")
+        assert not row.locator("pre.logs").is_visible()
+        row.locator("details.logs summary").click()
+        assert "WARNING taskapp: task 1 is about to fail" in row.locator("pre.logs").inner_text()
+        _shot(page, "item.png")
+        assert not refused, refused
+        context.close()
+    finally:
+        console.close()
+
+
+def test_find_items_by_their_data_and_act_on_them_in_a_browser(appdb: AppDb, tmp_path: Path, browser: object) -> None:
+    appdb.create_worker_tables()
+    _fill(appdb)  # the same 30 items as tests/console/test_item_filters.py: kinds a/b, every third failed
+    console = ConsoleProcess(appdb.url, tmp_path)
+    try:
+        context = browser.new_context(viewport={"width": 1400, "height": 900})  # type: ignore[attr-defined]
+        page = context.new_page()
+        refused: list[str] = []
+        page.on("console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None)
+        _sign_in(page, console.url)
+        page.goto(console.url + "/workers/main")
+        page.locator("details.finder summary").click()
+        page.locator('form.finder select[name="status"]').select_option("failed")
+        page.get_by_label("kind equals").fill("a")
+        page.locator("form.finder").get_by_role("button", name="Filter").click()
+        page.wait_for_selector("text=(filtered)")
+        assert page.locator("table.items tbody tr").evaluate_all("rows => rows.map(r => r.dataset.id)") == [
+            "27", "21", "15", "9", "3"]  # fmt: skip
+        _shot(page, "worker-filtered.png")
+        page.get_by_role("link", name="Retry…").click()
+        assert "This changes 5 item(s)" in page.locator("#set-count").inner_text()
+        page.get_by_role("button", name="Retry 5").click()
+        page.wait_for_selector("text=Actions on sets of items")
+        assert "the items the filter matched were changed" in page.content()
+        audit = page.locator("table.audit tbody tr").first.inner_text()
+        assert "retry" in audit and "status=failed&col.kind=a" in audit and audit.rstrip().endswith("5")
+        assert page.locator("table.items tbody").inner_text().startswith("No failed items matching the filter")
+        assert not refused, refused
+        context.close()
+    finally:
+        console.close()

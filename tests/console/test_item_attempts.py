@@ -27,9 +27,15 @@ def test_item_page_and_api_show_the_attempts_and_the_progress(make_client: Clien
     page = client.get("/workers/main/items/1")
     assert "Attempts (oldest first)" in page.text
     assert '<span class="status failed">failed</span></td>' in page.text and "task 1 failed on purpose" in page.text
+    # The attempt's log records, and its bar on the timeline (an SVG: no inline style).
+    assert "1 record</summary>" in page.text and "WARNING taskapp: task 1 is about to fail" in page.text
+    assert '<rect class="bar failed" x="0" y="2" width="1000"' in page.text and 'href="#attempt-1"' in page.text
     found = client.get("/api/workers/main/items/1").json()
     [attempt] = found["state"]["history"]
     assert attempt["outcome"] == "failed" and attempt["pod"] and attempt["pid"] and attempt["ended_at"].endswith("UTC")
+    [record] = attempt["logs"]
+    assert (record["level"], record["logger"], record["message"]) == ("WARNING", "taskapp", "task 1 is about to fail")
+    assert attempt["bar"] == [0, 1000] and found["state"]["timeline"]["width"] == 1000
     assert found["state"]["progress"] is None
     # A running item (claimed by hand) that reported progress: shown, and polled.
     table = appdb_all.coordinator.workers["main"].table

@@ -183,7 +183,7 @@ def test_api_reads_and_acts_with_a_bearer_token(make_client: ClientFactory, appd
     assert [i["id"] for i in page["items"]] == [3, 2] and page["next"] == 2
     rest = client.get("/api/workers/main/items?limit=2&before=2", headers=auth).json()
     assert [i["id"] for i in rest["items"]] == [1] and rest["next"] is None
-    assert client.get("/api/workers/main/items?status=bogus", headers=auth).status_code == 422
+    assert client.get("/api/workers/main/items?status=bogus", headers=auth).status_code == 400
     one = client.get("/api/workers/main/items/1", headers=auth).json()
     assert one["state"]["status"] == "failed" and "RuntimeError" in one["state"]["traceback"]
     assert one["source"]["action"] == "fail"

@@ -1,8 +1,13 @@
-"""Fixtures for the contract tests: a running ``basic`` application on the `db` database."""
+"""Fixtures for the contract tests: a running ``basic`` application on the `db` database.
+
+Here (and in tests/chaos) `db` is also ``pgbouncer``: PostgreSQL through PgBouncer in
+transaction mode (tests/pooler.py), what ``make test-pooler`` selects.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from dbworker import Coordinator, ExecutionStatus
 from tests.apps import basic
-from tests.conftest import Database
+from tests.conftest import BACKENDS, POOLED, Database, open_database
 from tests.helpers import wait_until
 
 FAST = {"poll_seconds": 0.05, "max_poll_seconds": 0.5}
@@ -74,6 +79,11 @@ class App:
     def close(self) -> None:
         for c in self.coordinators:
             c.abort()
+
+
+@pytest.fixture(params=(*BACKENDS, POOLED))
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    yield from open_database(request.param, tmp_path)
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from tests.apps import basic
 from tests.helpers import wait_until
 from tests.integration.conftest import App
 
-KEYS = {"started_at", "ended_at", "outcome", "error", "traceback", "claimed_by"}
+KEYS = {"started_at", "ended_at", "outcome", "error", "traceback", "claimed_by", "logs"}
 
 
 def _history(app: App, item_id: int) -> list[dict[str, Any]]:
@@ -142,7 +142,7 @@ def test_the_loop_prunes_with_the_coordinator_settings(app: App) -> None:
 
 def test_history_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="history_attempts"):
-        basic.build("sqlite://", app_tables=False, work_tables=False, history_attempts=0)
+        basic.build("sqlite://", app_tables=False, work_tables=False, history_attempts=-1)
     with pytest.raises(ValueError, match="history_days"):
         basic.build("sqlite://", app_tables=False, work_tables=False, history_days=-1)
 

@@ -31,9 +31,8 @@ from tests.k8s.harness import (
     pod,
 )
 
-# In the serial pass, in order: its operators are module-scoped, and its last test checks
-# that the tests before it used every RBAC rule (parallel workers would split the module).
-pytestmark = pytest.mark.serial
+# Whole on one parallel worker, in order (tests/scheduling.py's WHOLE_MODULES): its operators
+# are module-scoped, and its last test checks that the tests before it used every RBAC rule.
 
 PDBS = f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets"
 SERVICES = f"/api/v1/namespaces/{NS}/services"

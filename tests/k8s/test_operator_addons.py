@@ -25,9 +25,8 @@ from tests.k8s.harness import (
     not_allowed,
 )
 
-# In the serial pass, in order: its operators are module-scoped, and its last test checks
-# that the tests before it used every RBAC rule (parallel workers would split the module).
-pytestmark = pytest.mark.serial
+# Whole on one parallel worker, in order (tests/scheduling.py's WHOLE_MODULES): its operators
+# are module-scoped, and its last test checks that the tests before it used every RBAC rule.
 
 
 SCALED_OBJECTS = f"/apis/keda.sh/v1alpha1/namespaces/{NS}/scaledobjects"

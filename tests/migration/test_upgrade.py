@@ -92,7 +92,7 @@ def test_old_layout_upgrades_to_a_fresh_install_from_many_processes(db: Database
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(4) as pool:
         changes = pool.map(_upgrade_in_process, [db.url] * 4)
-    # Each change made by exactly one process: eight columns, two indexes, the history table, dbworker's own
+    # Each change made by exactly one process: eight columns, three indexes, the history table, dbworker's own
     # tables, the wake-up triggers.
     made = sorted(change for c in changes for change in c)
     assert made == sorted([
@@ -107,6 +107,7 @@ def test_old_layout_upgrades_to_a_fresh_install_from_many_processes(db: Database
         "created items_history",
         *(["added index ix_items_work_execution_status"] if release == "0.0.1" else []),
         "added index ix_items_work_not_before",
+        "added index ix_items_work_ended_at",
         "added ON DELETE CASCADE on items_work",
         "created dbworker_paused",
         *_wakeup_changes(db.backend),
@@ -155,6 +156,7 @@ def test_old_database_keeps_working_before_and_after_the_upgrade(db: Database) -
         "added column items_work.progress_fraction",
         "added column items_work.progress_note",
         "added column items_work.progress_at",
+        "added index ix_items_work_ended_at",
         "added index ix_items_work_execution_status",
         "added index ix_items_work_not_before",
         "added ON DELETE CASCADE on items_work",

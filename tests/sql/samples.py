@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from dbworker.sql import dialects, statements, tables
+from dbworker.sql import dialects, history, statements, tables
 
 DIRECTORY = Path(__file__).parent
 REGENERATE = ".venv/bin/python -m tests.sql.write"
@@ -33,6 +33,7 @@ class Item(Base):
 
 
 WORK = tables.work_table("items", Item)
+HISTORY = history.history_table(WORK)
 KEY = tables.source_key(Item)
 
 
@@ -108,6 +109,9 @@ STATEMENTS: dict[str, Callable[[statements.Prebuilt, dialects.Capabilities], Any
     "holder": lambda st, caps: statements.holder(WORK, 1),
     "complete": lambda st, caps: st.complete,
     "step_over": lambda st, caps: st.step_over,
+    # A handler's outcome with its history row, in one statement where the server allows.
+    "complete_recorded": lambda st, caps: history.recorded(st.complete, HISTORY) if caps.recorded_writes else None,
+    "step_over_recorded": lambda st, caps: history.recorded(st.step_over, HISTORY) if caps.recorded_writes else None,
     "expired": lambda st, caps: st.expired,
     "top_key": lambda st, caps: statements.top_key(KEY),
     "load_source": lambda st, caps: statements.load_source(Item),
