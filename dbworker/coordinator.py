@@ -22,13 +22,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from dbworker import backlog, redact, running, settings, startup
+from dbworker import backlog, redact, running, settings, startup, workers
 from dbworker.contract import Eligible, ExecutionStatus
 from dbworker.limits import Limit, check_limits
 from dbworker.observe import Observer, Observers
 from dbworker.retries import Retry
 from dbworker.schedules import policy, ticks
-from dbworker.sql import dialects, history, pauses, poolers, slots, status, sweeps, tables, upgrade
+from dbworker.sql import dialects, poolers, status, tables, upgrade
 from dbworker.sql.dialects import connect
 from dbworker.sql.due import Due, column_of
 from dbworker.workers import (
@@ -220,8 +220,7 @@ class Coordinator:
         if eligible is not None and not callable(eligible):
             raise ValueError(f"eligible must be a zero-argument callable returning a select(), got {eligible!r}")
         found = None if due is None else Due(column_of(tables.source_mapper(source), due), key, eligible)
-        return self._register(name, source, found or eligible, concurrency, retry, timeout, due=found,
-                              limits=check_limits(limits, key.table))  # fmt: skip
+        return self._register(name, source, found or eligible, concurrency, retry, timeout, due=found, limits=limits)
 
     def periodic(
         self,
@@ -256,16 +255,15 @@ class Coordinator:
 
     def _register(self, name: str, source: Any, eligible: Eligible | None, concurrency: int,
                   retry: Retry | None, timeout: float | None, *, due: Due | None = None,
-                  schedule: policy.Schedule | None = None, limits: tuple[Limit, ...] = ()) -> Callable[[F], F]:  # fmt: skip
+                  schedule: policy.Schedule | None = None, limits: Any = None) -> Callable[[F], F]:  # fmt: skip
         """Check the arguments every kind of worker shares; return the decorator that registers."""
         key = tables.source_key(source)
         check_concurrency(concurrency)
         retry = check_retry(retry)
         timeout = check_timeout(timeout)
         table = tables.work_table(name, source)
-        history.history_table(table)  # beside it in the MetaData, so create_all() makes both
-        if limits:
-            slots.slots_table(table)
+        limits = check_limits(limits, key.table)
+        workers.beside(table, limits)  # in the MetaData, so create_all() makes them too
 
         def register(handler: F) -> F:
             check_handler(name, handler)
@@ -335,12 +333,11 @@ class Coordinator:
         """Put the wake-up triggers on every worker's source table (``upgrade_worker_tables``
         does it by default); return what was done. Idempotent: triggers already current
         are left alone."""
-        return upgrade.wakeup_triggers(self.engine, self._sources(), install=True)
+        return upgrade.wakeup_triggers(self.engine, workers.sources(self._registry.values()), install=True)
 
     def upgrade_worker_tables(self, *, wakeup_triggers: bool = True) -> list[str]:
-        """Create or upgrade every work table and dbworker's own tables (``dbworker_ticks``
-        when a periodic worker is registered); idempotent and safe
-        from many processes at once. Return the changes made.
+        """Create or upgrade every work table and dbworker's own tables (``own_tables``);
+        idempotent and safe from many processes at once. Return the changes made.
 
         ``wakeup_triggers`` (default on) also puts triggers on each worker's SOURCE table,
         the application's own, so committed inserts and updates wake the workers at once
@@ -349,15 +346,8 @@ class Coordinator:
         ``dbworker_changes``, which coordinators read and prune. ``False`` removes them
         (workers then poll: pick-up waits up to ``max_poll_seconds``).
         """
-        scheduled = [ticks.TABLE] if any(w.schedule for w in self._registry.values()) else []
-        work = [w.table for w in self._registry.values()]
-        limited = [slots.slots_table(w.table) for w in self._registry.values() if w.limits]
-        own = [*scheduled, *work, *map(history.history_table, work), *limited, pauses.TABLE, sweeps.TABLE]
-        changes = upgrade.ensure(self.engine, own)
-        return changes + upgrade.wakeup_triggers(self.engine, self._sources(), install=wakeup_triggers)
-
-    def _sources(self) -> list[sa.Table]:
-        return [w.key.table for w in self._registry.values()]
+        changes = upgrade.ensure(self.engine, workers.own_tables(self._registry.values()))
+        return changes + upgrade.wakeup_triggers(self.engine, workers.sources(self._registry.values()), install=wakeup_triggers)
 
     # --- running ---------------------------------------------------------------------------
     @property

@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import pickle
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,18 @@ from dbworker.limits import Limit
 from dbworker.retries import Retry
 from dbworker.schedules import ticks
 from dbworker.schedules.policy import Schedule
-from dbworker.sql import items, names, pauses, progress, status, tables, upgrade
+from dbworker.sql import (
+    history,
+    items,
+    names,
+    pauses,
+    progress,
+    slots,
+    status,
+    sweeps,
+    tables,
+    upgrade,
+)
 from dbworker.sql.due import Due
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
@@ -98,6 +109,28 @@ def check_concurrency(concurrency: object, *, field: str = "concurrency") -> int
         raise ValueError(f"{field} must be an integer >= 1, got {concurrency!r}")
     bounds.check(concurrency, bounds.CONCURRENCY, field=field)
     return concurrency
+
+
+def beside(table: sa.Table, limits: tuple[Limit, ...]) -> None:
+    """Define the tables kept beside a work table: its attempt history, and with limits its slots."""
+    history.history_table(table)
+    if limits:
+        slots.slots_table(table)
+
+
+def own_tables(registered: Iterable[RegisteredWorker]) -> list[sa.Table]:
+    """Every table dbworker keeps for ``registered`` workers: theirs (work, history, slots),
+    ``dbworker_ticks`` when one is periodic, the pause and sweep tables."""
+    found = list(registered)
+    scheduled = [ticks.TABLE] if any(w.schedule for w in found) else []
+    work = [w.table for w in found]
+    limited = [slots.slots_table(w.table) for w in found if w.limits]
+    return [*scheduled, *work, *map(history.history_table, work), *limited, pauses.TABLE, sweeps.TABLE]
+
+
+def sources(registered: Iterable[RegisteredWorker]) -> list[sa.Table]:
+    """The source tables of ``registered`` workers."""
+    return [w.key.table for w in registered]
 
 
 class WriteLockHeld(RuntimeError):
@@ -241,4 +274,5 @@ class WorkerViews(Mapping[str, WorkerView]):
         return len(self._registry)
 
 
-__all__ = ["RegisteredWorker", "WorkerView", "WorkerViews", "check_concurrency", "check_handler", "check_name", "tables"]
+__all__ = ["RegisteredWorker", "WorkerView", "WorkerViews", "beside", "check_concurrency", "check_handler", "check_name",
+           "own_tables", "sources", "tables"]
