@@ -38,7 +38,8 @@ def fair_candidates(
     a rank among the rows of its key (of the first keyed limit) by that position; rows are
     taken by rank, then position: the first waiting row of every key in turn, in the order of
     those rows, then the second of every key, and so on. Only ``per_key`` rows of a key are
-    looked at, and keys whose concurrency slots are all held now are left out.
+    looked at, no more of the fair key than its free concurrency slots, and none of a key
+    whose slots of another concurrency limit are all held.
 
     Locks: none (a plain read: the slot and claim writes decide).
     """
@@ -52,31 +53,53 @@ def fair_candidates(
     rank = sa.func.row_number().over(partition_by=partition, order_by=inner_sq.c.dbw_pos).label("dbw_rank")
     ranked = sa.select(inner_sq, rank).subquery()
     slots_t = slots.slots_table(table)
-    full = [
-        _full(slots_t, table, ranked.c[f"dbw_k{kind.limit}"], kind, caps)
+    # Room left per key: a row of the fair key is looked at only if its rank fits in the slots
+    # not held now; other concurrency limits leave out keys with every slot held.
+    room = [
+        (ranked.c.dbw_rank if kind.limit == fair else sa.literal(1))
+        + _held(slots_t, table, ranked.c[f"dbw_k{kind.limit}"], kind, caps) <= kind.size
         for kind in limits_.kinds(limits)
         if kind.per is None
     ]
     columns = [ranked.c[key.name], *(ranked.c[f"dbw_k{n}"] for n in range(len(limits)))]
     return (
         sa.select(*columns)
-        .where(ranked.c.dbw_rank <= per_key, *(~f for f in full))
+        .where(ranked.c.dbw_rank <= per_key, *room)
         .order_by(ranked.c.dbw_rank, ranked.c.dbw_pos)
         .limit(sa.bindparam("dbw_limit", type_=sa.Integer(), literal_execute=True))
     )
 
 
-def _full(
+def _held(
     slots_t: sa.Table, work: sa.Table, key_text: Any, kind: limits_.Kind, caps: dialects.Capabilities
-) -> sa.ColumnElement[bool]:
-    """Every concurrency slot of ``kind`` for the row's key is held by a live lease (read, not locked)."""
+) -> sa.ColumnElement[int]:
+    """How many concurrency slots of ``kind`` for the row's key live leases hold (read, not locked)."""
     s = slots_t.c
-    held = (
+    return (
         sa.select(sa.func.count())
         .where(s.kind == kind.number, s.limit_key == key_text, slots.holding(slots_t, work, caps))
         .scalar_subquery()
     )
-    return held >= kind.size
+
+
+def startable(
+    conn: Connection, *, table: sa.Table, key: sa.Column[Any], eligible: Callable[[], sa.Select[Any]] | None,
+    limits: Sequence[Limit], cap: int,
+) -> int:  # fmt: skip
+    """How many claimable rows more pods could start now, counting at most ``cap``: rows
+    waiting only on a limit are not counted (no key more than its limit's number, none of a
+    key whose concurrency slots are all held, no more than a key=None concurrency limit).
+
+    Locks: none (a plain read in a transaction of its own).
+    """
+    caps = dialects.of(conn)
+    st = statements.prebuilt(table, key, caps)
+    fair = limits_.fair_limit(limits)
+    query = fair_candidates(st, key, table, eligible, limits, caps, per_key=limits_.per_key(limits, fair, cap))
+    with transactions.committed(conn):
+        n = len(conn.execute(query, {"dbw_limit": cap}).all())
+    whole = [lim.concurrency for lim in limits if not lim.keyed and lim.concurrency is not None]
+    return min(n, *whole) if whole else n
 
 
 def claim(

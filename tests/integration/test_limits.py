@@ -221,3 +221,13 @@ def test_an_item_ending_in_one_pod_wakes_the_others(db: Database, coordinators: 
         s.commit()
     wait_until(lambda: status(2) is ExecutionStatus.FINISHED, timeout=120, what="job 2 claimed by the second pod")
     assert {s.job_id: s.pid for s in limited.spans(db.engine)}[2] in second.handler_pids()
+
+
+def test_items_waiting_only_on_a_limit_are_not_backlog(db: Database, coordinators: list[Coordinator]) -> None:
+    c = _build(db, coordinators, [Limit(key=Job.customer, concurrency=2)])
+    limited.add_jobs(db.engine, [1] * 10 + [2] * 3)
+    assert c.backlog("jobs") == 4  # two of each customer could start now
+    taken = _claim(db, c, 3)
+    assert len(taken) == 3
+    assert c.backlog("jobs") == 1  # customer 1 is at its limit; one of customer 2 could start
+    assert c.backlog("jobs", cap=0) == 0
