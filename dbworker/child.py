@@ -15,7 +15,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -23,7 +23,14 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import SingletonThreadPool, StaticPool
 
 from dbworker import attemptlogs, logs, messages, progress, redact
-from dbworker.contract import ExecutionStatus, Finished, Handler, LostClaim, Unfinished
+from dbworker.contract import (
+    AsyncHandler,
+    ExecutionStatus,
+    Finished,
+    Handler,
+    LostClaim,
+    Unfinished,
+)
 from dbworker.messages import DELETED, FINISHED, LOST, RETRY, UNFINISHED, Outcome, Report
 from dbworker.retries import Retry
 from dbworker.sql import claimer, dialects, history, items, statements, tables, transactions
@@ -31,7 +38,7 @@ from dbworker.sql import progress as stored_progress
 from dbworker.tuning import PARENT_CHECK_SECONDS
 
 EXIT_ORPHANED = 3  # the coordinator died; the work is left for another to take over
-_MAY_COMMIT = "dbworker.may_commit"
+MAY_COMMIT = "dbworker.may_commit"
 _ENDS = "dbworker.ends"  # the session's transactions.EndWatch
 
 
@@ -43,13 +50,17 @@ class ChildConfig:
     worker: str
     database_url: str = field(repr=False)  # carries the password: never logged
     engine_options: dict[str, Any]
-    handler: Handler
+    handler: Handler | AsyncHandler
     source: Any
     parent_pid: int
     # The command's logging (level, format, extra secrets to mask), repeated here: None when
     # the library runs inside an application (handler processes then configure nothing).
     log: tuple[str, str, tuple[str, ...]] | None = field(default=None, repr=False)
     retry: Retry | None = None  # the worker's retry policy, for failures the handler raises
+    # Async handlers (``aiochild``): the most items one process runs at once, and the seconds
+    # a coroutine may run before it is cancelled (sync handlers' processes are killed by the pool).
+    capacity: int = 1
+    timeout: float | None = None
     history_logs: bool = True  # keep each attempt's log records with its history row
     history: bool = True  # record attempts at all (Coordinator(history_attempts=0): no)
 
@@ -66,7 +77,7 @@ class HandlerSession(Session):
 @event.listens_for(HandlerSession, "before_commit")
 def _guard_commit(session: Session) -> None:
     # An event, not an overridden commit(): `with session.begin():` commits without commit().
-    if not session.info.get(_MAY_COMMIT):
+    if not session.info.get(MAY_COMMIT):
         raise RuntimeError(
             "dbworker owns the commit: return Finished() or Unfinished() and dbworker commits "
             "the handler's writes with the outcome (session.rollback() is allowed)"
@@ -177,8 +188,7 @@ class Runner:
         """The exception's text as the work record keeps it (``str(exc)``, else the class name)
         and its whole traceback, both masked.
         """
-        text = redact.redact(str(exc) or type(exc).__name__, self.secrets)
-        return text, redact.redact("".join(traceback.format_exception(exc)), self.secrets)
+        return describe(exc, self.secrets)
 
     def _describe(self, exc: BaseException) -> str:
         self._last_exc = exc
@@ -201,7 +211,7 @@ class Runner:
                 self._ends.start(session.connection())
                 session.info[_ENDS] = self._ends
                 try:
-                    result = self.config.handler(row, session)
+                    result = cast(Handler, self.config.handler)(row, session)
                     if not isinstance(result, Finished | Unfinished):
                         raise TypeError(
                             f"handler returned {result!r}; it must return Finished() or Unfinished()"
@@ -246,7 +256,7 @@ class Runner:
                     return self._gone_or(claim, (LOST, None))
                 if after:
                     self._attempt.record(conn, claim.source_id, UNFINISHED.value)
-                session.info[_MAY_COMMIT] = True
+                session.info[MAY_COMMIT] = True
                 session.commit()
             except Exception as exc:
                 _rollback(session)
@@ -261,16 +271,9 @@ class Runner:
         """
         try:
             with self.engine.connect() as conn:
-                attempt = items.attempt_of(conn, self.table, claim)
-                conn.rollback()
-                if attempt is None or attempt <= max_attempts:
-                    return True
-                items.failed_attempt(conn, self.table, claim, error="handler process died on its last allowed "
-                                     f"attempt (attempt {attempt - 1} of {max_attempts}; its lease expired)",
-                                     attempt_record=history.Attempt(self.history, None, self.claimed_by))  # fmt: skip
+                return attempt_allowed(conn, self.table, claim, max_attempts, self.history, self.claimed_by)
         except Exception:  # noqa: BLE001 - the run itself meets and reports what fails
             return True
-        return False
 
     def _gone_or(self, claim: items.Claim, result: tuple[Outcome, str | None]) -> tuple[Outcome, str | None]:
         """``result``, or ``DELETED`` when it is a lost claim whose source row no longer exists
@@ -305,6 +308,42 @@ class Runner:
         self._ends.detach(self.engine)
         if self._own_engine:
             self.engine.dispose()
+
+
+def attempt_allowed(conn: sa.Connection, table: sa.Table, claim: items.Claim, max_attempts: int,
+                    history_table: sa.Table | None, claimed_by: str) -> bool:  # fmt: skip
+    """False, with the item recorded FAILED, when ``claim`` took over an item whose last
+    allowed attempt died with its process (taking over counts an attempt too)."""
+    attempt = items.attempt_of(conn, table, claim)
+    conn.rollback()
+    if attempt is None or attempt <= max_attempts:
+        return True
+    items.failed_attempt(conn, table, claim, error="handler process died on its last allowed "
+                         f"attempt (attempt {attempt - 1} of {max_attempts}; its lease expired)",
+                         attempt_record=history.Attempt(history_table, None, claimed_by))  # fmt: skip
+    return False
+
+
+def describe(exc: BaseException, secrets: tuple[str, ...]) -> tuple[str, str]:
+    """``exc``'s text as the work record keeps it (``str(exc)``, else the class name) and its
+    whole traceback, both masked."""
+    text = redact.redact(str(exc) or type(exc).__name__, secrets)
+    return text, redact.redact("".join(traceback.format_exception(exc)), secrets)
+
+
+def prepare_process(config: ChildConfig) -> None:
+    """What every handler process does first: ignore the signals only its coordinator may
+    send, leave the terminal's process group, exit when orphaned, log like the command."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        os.setpgid(0, 0)  # a terminal's Ctrl-C goes to the foreground group, not to us
+    except OSError:
+        pass
+    threading.Thread(target=_watch_parent, args=(config.parent_pid,), daemon=True).start()
+    if config.log is not None:
+        level, fmt, secrets = config.log
+        logs.setup(level=level, fmt=fmt, secrets=secrets + redact.url_secrets(config.database_url), worker=config.worker)
 
 
 def _rollback(session: Session) -> None:
@@ -369,16 +408,7 @@ class Inbox:
 
 def main(config: ChildConfig, conn: Any) -> None:
     """Entry point of a handler process: serve items from ``conn`` until told to stop."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
-        os.setpgid(0, 0)  # a terminal's Ctrl-C goes to the foreground group, not to us
-    except OSError:
-        pass
-    threading.Thread(target=_watch_parent, args=(config.parent_pid,), daemon=True).start()
-    if config.log is not None:
-        level, fmt, secrets = config.log
-        logs.setup(level=level, fmt=fmt, secrets=secrets + redact.url_secrets(config.database_url), worker=config.worker)
+    prepare_process(config)
     runner = Runner(config)
     runner.warm_up()
     inbox = Inbox(conn)

@@ -9,11 +9,15 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import math
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from sqlalchemy import Select
 from sqlalchemy.orm import Session
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
 
 from dbworker import bounds
 
@@ -82,6 +86,13 @@ class Handler(Protocol):
     """``handler(source, session) -> Outcome``, run in a child process."""
 
     def __call__(self, source: Any, session: Session, /) -> Outcome: ...
+
+
+class AsyncHandler(Protocol):
+    """``async def handler(source, session) -> Outcome``: a coroutine on a handler process's
+    event loop, with an ``AsyncSession`` (docs/async.md)."""
+
+    def __call__(self, source: Any, session: AsyncSession, /) -> Awaitable[Outcome]: ...
 
 
 class Eligible(Protocol):

@@ -10,7 +10,6 @@ expression are thin calls into ``status``.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import datetime as dt
 import logging
 import threading
@@ -22,7 +21,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from dbworker import backlog, redact, running, settings, startup, workers
+from dbworker import backlog, redact, running, settings, startup
+from dbworker import workers as checks
 from dbworker.contract import Eligible, ExecutionStatus
 from dbworker.limits import Limit, check_limits
 from dbworker.observe import Observer, Observers
@@ -31,15 +31,7 @@ from dbworker.schedules import policy, ticks
 from dbworker.sql import dialects, poolers, status, tables, upgrade
 from dbworker.sql.dialects import connect
 from dbworker.sql.due import Due, column_of
-from dbworker.workers import (
-    RegisteredWorker,
-    WorkerViews,
-    check_concurrency,
-    check_handler,
-    check_name,
-    check_retry,
-    check_timeout,
-)
+from dbworker.workers import RegisteredWorker, WorkerViews
 
 log = logging.getLogger("dbworker")
 
@@ -168,10 +160,12 @@ class Coordinator:
     def set_concurrency(self, name: str, concurrency: int) -> None:
         """Override one worker's concurrency before ``start()``."""
         self._check_not_started("set_concurrency")
-        worker = self._get(name)
-        self._registry[name] = dataclasses.replace(
-            worker, concurrency=check_concurrency(concurrency, field=f"concurrency of {name}")
-        )
+        self._registry[name] = checks.with_concurrency(self._get(name), concurrency)
+
+    def set_processes(self, name: str, processes: int) -> None:
+        """Override one worker's handler processes before ``start()`` (checked as at registration)."""
+        self._check_not_started("set_processes")
+        self._registry[name] = checks.with_processes(self._get(name), processes)
 
     @property
     def transaction_pooler(self) -> bool:
@@ -203,6 +197,7 @@ class Coordinator:
         retry: Retry | None = None,
         timeout: float | None = None,
         due: Any = None,
+        processes: int | None = None,
         limits: list[Limit] | None = None,
     ) -> Callable[[F], F]:
         """Register the decorated function as worker ``name``'s handler; return it unchanged.
@@ -211,8 +206,10 @@ class Coordinator:
         SPEC). ``timeout``: seconds a handler may run before its process is ended and the
         attempt fails (None: no limit). ``due``: a nullable naive-UTC DateTime column of the
         source (``due=Post.publish_at``); a row is claimable only once it is set and not
-        later than the database's clock, and the coordinator wakes for it on time. ``limits``:
-        fleet-wide ``Limit``s per key (docs/limits.md). Bad arguments raise ``ValueError`` naming them.
+        later than the database's clock, and the coordinator wakes for it on time. ``limits``: docs/limits.md.
+        ``processes``: handler processes carrying the ``concurrency`` items; an ``async def``
+        handler runs many items per process (default 1), a sync one a process per item (it
+        must equal ``concurrency``). Bad arguments raise ``ValueError`` naming them.
         """
         self._check_not_started("transactional_worker")
         self._check_new_name(name)
@@ -220,7 +217,8 @@ class Coordinator:
         if eligible is not None and not callable(eligible):
             raise ValueError(f"eligible must be a zero-argument callable returning a select(), got {eligible!r}")
         found = None if due is None else Due(column_of(tables.source_mapper(source), due), key, eligible)
-        return self._register(name, source, found or eligible, concurrency, retry, timeout, due=found, limits=limits)
+        return self._register(name, source, found or eligible, concurrency, retry, timeout, due=found,
+                              processes=processes, limits=limits)  # fmt: skip
 
     def periodic(
         self,
@@ -255,32 +253,34 @@ class Coordinator:
 
     def _register(self, name: str, source: Any, eligible: Eligible | None, concurrency: int,
                   retry: Retry | None, timeout: float | None, *, due: Due | None = None,
-                  schedule: policy.Schedule | None = None, limits: Any = None) -> Callable[[F], F]:  # fmt: skip
+                  schedule: policy.Schedule | None = None, processes: int | None = None,
+                  limits: Any = None) -> Callable[[F], F]:  # fmt: skip
         """Check the arguments every kind of worker shares; return the decorator that registers."""
         key = tables.source_key(source)
-        check_concurrency(concurrency)
-        retry = check_retry(retry)
-        timeout = check_timeout(timeout)
+        checks.check_concurrency(concurrency)
+        retry = checks.check_retry(retry)
+        timeout = checks.check_timeout(timeout)
         table = tables.work_table(name, source)
         limits = check_limits(limits, key.table)
-        workers.beside(table, limits)  # in the MetaData, so create_all() makes them too
+        checks.beside(table, limits)  # in the MetaData, so create_all() makes them too
 
         def register(handler: F) -> F:
-            check_handler(name, handler)
+            checks.check_handler(name, handler)
+            checks.check_processes(processes, concurrency=concurrency, handler=handler, name=name)
             if name in self._registry:
                 raise ValueError(f"worker name {name!r} is already registered on this coordinator")
             self._check_not_started("transactional_worker" if schedule is None else "periodic")
             self._registry[name] = RegisteredWorker(
                 name=name, source=source, handler=handler, eligible=eligible,
                 concurrency=concurrency, table=table, key=key, retry=retry, timeout=timeout,
-                due=due, schedule=schedule, limits=limits,
+                due=due, schedule=schedule, processes=processes, limits=limits,
             )
             return handler
 
         return register
 
     def _check_new_name(self, name: str) -> None:
-        check_name(name)
+        checks.check_name(name)
         if name in self._registry:
             raise ValueError(f"worker name {name!r} is already registered on this coordinator")
 
@@ -333,7 +333,7 @@ class Coordinator:
         """Put the wake-up triggers on every worker's source table (``upgrade_worker_tables``
         does it by default); return what was done. Idempotent: triggers already current
         are left alone."""
-        return upgrade.wakeup_triggers(self.engine, workers.sources(self._registry.values()), install=True)
+        return upgrade.wakeup_triggers(self.engine, checks.sources(self._registry.values()), install=True)
 
     def upgrade_worker_tables(self, *, wakeup_triggers: bool = True) -> list[str]:
         """Create or upgrade every work table and dbworker's own tables (``own_tables``);
@@ -346,9 +346,9 @@ class Coordinator:
         ``dbworker_changes``, which coordinators read and prune. ``False`` removes them
         (workers then poll: pick-up waits up to ``max_poll_seconds``).
         """
-        changes = upgrade.ensure(self.engine, workers.own_tables(self._registry.values()))
-        return changes + upgrade.wakeup_triggers(self.engine, workers.sources(self._registry.values()), install=wakeup_triggers)
-
+        changes = upgrade.ensure(self.engine, checks.own_tables(self._registry.values()))
+        return changes + upgrade.wakeup_triggers(self.engine, checks.sources(self._registry.values()),
+                                                 install=wakeup_triggers)  # fmt: skip
     # --- running ---------------------------------------------------------------------------
     @property
     def engine(self) -> Engine:

@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from dbworker import child
+from dbworker.aiopool import AsyncPool
 from dbworker.backoff import Backoff
 from dbworker.engine.context import Context
 from dbworker.engine.fetch import Fetcher
@@ -111,7 +112,7 @@ class WorkerLoop:
         )  # fmt: skip
         self.picker = Picker(sweep, lookup_every=min(LOOKUP_SECONDS, settings.max_poll_seconds))
         self.runner = Runner(worker, child_config, observer=observer, stopping=self._stopping)
-        self.pool: Pool = self.runner.pool
+        self.pool: Pool | AsyncPool = self.runner.pool
         self.fetcher = Fetcher(self._ctx, self.picker, hand_out=self.runner.enqueue, claim_soon=self._request_claim)
         self.recorder = Recorder(self._ctx, self.picker, self.runner, on_item_done=on_item_done,
                                  stopping=self._stopping)  # fmt: skip

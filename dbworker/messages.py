@@ -16,10 +16,13 @@ from typing import Any
 RUN = "run"
 CANCEL = "cancel"
 STOP = None
-# Child to parent: ("ready",), ("skipped", token), ("done", Report).
+# Child to parent: ("ready",), ("skipped", token), ("done", Report), and from async handler
+# processes ("health", worst loop lag in seconds, items in flight, token of the item whose
+# coroutine held the loop or None) every second.
 READY = "ready"
 SKIPPED = "skipped"
 DONE = "done"
+HEALTH = "health"
 
 
 
@@ -59,8 +62,9 @@ FINISHED, UNFINISHED, FAILED, LOST, RETRY = (Outcome.FINISHED, Outcome.UNFINISHE
                                              Outcome.LOST, Outcome.RETRY)  # fmt: skip
 RETRIED, CRASHED, ABORTED, TIMED_OUT = Outcome.RETRIED, Outcome.CRASHED, Outcome.ABORTED, Outcome.TIMED_OUT
 DELETED = Outcome.DELETED
-# What a handler process reports for one item (the others only the coordinator knows).
-REPORTED = (FINISHED, UNFINISHED, FAILED, LOST, RETRY, RETRIED, DELETED)
+# What a handler process reports for one item (the others only the coordinator knows; an
+# async handler process cancels a coroutine past its timeout itself: timed_out).
+REPORTED = (FINISHED, UNFINISHED, FAILED, LOST, RETRY, RETRIED, DELETED, TIMED_OUT)
 # Execution outcomes as observers see them (and metric label values). Final failures are
 # failed, crashed and timed_out; retried attempts are not failures of the item.
 OUTCOMES = (FINISHED, UNFINISHED, FAILED, CRASHED, LOST, ABORTED, RETRIED, TIMED_OUT, DELETED)

@@ -48,6 +48,10 @@ class Observer:
     def loop_ended(self, worker: str) -> None:
         """``worker``'s loop thread ended (after stop, or by an unexpected error)."""
 
+    def loop_health(self, worker: str, *, process: int, lag_seconds: float, in_flight: int) -> None:
+        """An async handler process (``process``: its index) reported the worst lag of its
+        event loop over the last second and the items it runs now."""
+
     def draining(self, *, draining: bool) -> None:
         """The coordinator stopped claiming and is waiting for running handlers."""
 
@@ -104,6 +108,10 @@ class Observers(Observer):
     def loop_ended(self, worker: str) -> None:
         for o in self._each():
             _safely(o.loop_ended, worker)
+
+    def loop_health(self, worker: str, *, process: int, lag_seconds: float, in_flight: int) -> None:
+        for o in self._each():
+            _safely(o.loop_health, worker, process=process, lag_seconds=lag_seconds, in_flight=in_flight)
 
     def draining(self, *, draining: bool) -> None:
         for o in self._each():

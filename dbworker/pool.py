@@ -29,7 +29,7 @@ from dbworker.messages import Outcome
 from dbworker.sql.items import Claim
 from dbworker.tuning import RESPAWN_FIRST_WAIT, RESPAWN_MAX_WAIT
 
-_CONTEXT = multiprocessing.get_context("spawn")  # no fork: the coordinator runs threads
+CONTEXT = multiprocessing.get_context("spawn")  # no fork: the coordinator runs threads
 
 
 class State(enum.Enum):
@@ -150,8 +150,8 @@ class Pool:
             self._spawn(slot)
 
     def _spawn(self, slot: Slot) -> None:
-        parent_end, child_end = _CONTEXT.Pipe(duplex=True)
-        process = _CONTEXT.Process(
+        parent_end, child_end = CONTEXT.Pipe(duplex=True)
+        process = CONTEXT.Process(
             target=child.main,
             args=(self._config, child_end),
             name=f"dbworker-{self._config.worker}-{slot.index}",

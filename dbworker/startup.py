@@ -60,6 +60,7 @@ def child_config(
         parent_pid=os.getpid(),
         log=_child_logging(),
         retry=worker.retry,
+        timeout=worker.timeout if worker.asynchronous else None,  # a sync handler's process is killed instead
         history_logs=history_logs,
         history=history,
     )

@@ -8,12 +8,13 @@ yet (a retry delay, ``Unfinished(after=)``) is left alone, as a coordinator woul
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterable
 
 from sqlalchemy.engine import URL
 
-from dbworker import messages
+from dbworker import aiochild, messages
 from dbworker.child import ChildConfig, Runner
 from dbworker.coordinator import Coordinator
 from dbworker.sql import claims, items
@@ -26,16 +27,25 @@ def drain(coordinator: Coordinator, *, workers: Iterable[str] | None = None, max
 
     Returns how many items were run per worker (an item run twice, as ``Unfinished``
     steps or retries, counts twice). Stops after ``max_items`` runs in all, so a handler
-    that always returns ``Unfinished()`` cannot loop forever. The worker's ``timeout``
-    is not enforced (the handler runs in this process). Raises ``KeyError`` for an
-    unknown worker and ``ValueError`` for a bad ``max_items``.
+    that always returns ``Unfinished()`` cannot loop forever. A sync worker's ``timeout``
+    is not enforced (the handler runs in this process); an ``async def`` handler runs on an
+    event loop of the drain's, with an async engine of its own, its ``timeout`` cancelling
+    it. Raises ``KeyError`` for an unknown worker and ``ValueError`` for a bad
+    ``max_items`` or for async handlers over an in-memory SQLite database.
     """
     if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
         raise ValueError(f"max_items must be an integer >= 1, got {max_items!r}")
     names = list(coordinator.workers) if workers is None else [coordinator.workers[n].name for n in workers]
     registered = {w.name: w for w in coordinator.registrations()}
     engine = coordinator.engine
-    runners = {name: Runner(child_config(coordinator, name), engine=engine) for name in names}
+    if any(registered[n].asynchronous for n in names) and engine.url.get_backend_name() == "sqlite" \
+            and engine.url.database in (None, "", ":memory:"):  # fmt: skip
+        raise ValueError(
+            "testing.drain runs async handlers on an async engine of their own, which cannot see an "
+            "in-memory SQLite database; use a file, e.g. 'sqlite:///' + str(tmp_path / 'test.db')"
+        )
+    loop = asyncio.Runner()  # one event loop for every async handler this drain runs
+    runners = {name: _runner(coordinator, name, registered[name], loop) for name in names}
     try:
         ran = dict.fromkeys(names, 0)
         total = 0
@@ -60,8 +70,28 @@ def drain(coordinator: Coordinator, *, workers: Iterable[str] | None = None, max
                 progress = True
     finally:
         for runner in runners.values():
-            runner.close()  # its statement watch off the coordinator's engine
+            runner.close()  # its statement watch off the coordinator's engine; an async one's own engine
+        loop.close()
     return ran
+
+
+class _AsyncItems:
+    """An async worker's items run to completion one at a time on the drain's event loop."""
+
+    def __init__(self, config: ChildConfig, loop: asyncio.Runner) -> None:
+        self._runner = aiochild.AsyncRunner(config)
+        self._loop = loop
+
+    def run(self, claim: items.Claim) -> messages.Report:
+        return self._loop.run(self._runner.run(claim))
+
+    def close(self) -> None:
+        self._loop.run(self._runner.close())
+
+
+def _runner(coordinator: Coordinator, name: str, worker: RegisteredWorker, loop: asyncio.Runner) -> Runner | _AsyncItems:
+    config = child_config(coordinator, name)
+    return _AsyncItems(config, loop) if worker.asynchronous else Runner(config, engine=coordinator.engine)
 
 
 def child_config(coordinator: Coordinator, worker: str) -> ChildConfig:
@@ -75,4 +105,5 @@ def _config(worker: RegisteredWorker, url: URL, *, history_logs: bool = True, hi
     return ChildConfig(
         worker=worker.name, database_url=url.render_as_string(hide_password=False), engine_options={}, handler=worker.handler,
         source=worker.source, parent_pid=os.getpid(), retry=worker.retry, history_logs=history_logs, history=history,
+        timeout=worker.timeout if worker.asynchronous else None,
     )  # fmt: skip

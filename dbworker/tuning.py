@@ -157,3 +157,12 @@ PARENT_CHECK_SECONDS = 0.5
 HISTORY_PRUNE_SECONDS = 60.0
 HISTORY_PRUNE_BATCH = 500
 HISTORY_PRUNE_MARGIN_SECONDS = 30.0
+
+# Async handler processes (loopwatch): the event loop's beat, how often its worst lag and items
+# in flight are reported, and the lag past which the coordinator warns that a coroutine blocks
+# the loop. A coroutine not done LOOP_KILL_GRACE_SECONDS after its timeout means its loop does
+# not run (its own timeout would have cancelled it): the process is replaced.
+LOOP_BEAT_SECONDS = 0.05
+LOOP_REPORT_SECONDS = 1.0
+LOOP_BLOCKED_SECONDS = 0.5
+LOOP_KILL_GRACE_SECONDS = 5.0

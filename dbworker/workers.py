@@ -6,6 +6,7 @@ it never commits (the caller does).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import pickle
 import re
@@ -17,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from dbworker import bounds
-from dbworker.contract import Eligible, ExecutionStatus, Handler
+from dbworker.contract import AsyncHandler, Eligible, ExecutionStatus, Handler
 from dbworker.limits import Limit
 from dbworker.retries import Retry
 from dbworker.schedules import ticks
@@ -45,7 +46,7 @@ class RegisteredWorker:
 
     name: str
     source: Any
-    handler: Handler
+    handler: Handler | AsyncHandler
     eligible: Eligible | None
     concurrency: int
     table: sa.Table
@@ -54,7 +55,21 @@ class RegisteredWorker:
     timeout: float | None = None  # seconds a handler may run before it is ended
     due: Due | None = None  # transactional_worker(due=...): ``eligible`` is this, narrowed to due rows
     schedule: Schedule | None = None  # coordinator.periodic(...): the source is the ticks table
+    processes: int | None = None  # transactional_worker(processes=...); None: the default (process_count)
     limits: tuple[Limit, ...] = ()  # transactional_worker(limits=...): docs/limits.md
+
+    @property
+    def asynchronous(self) -> bool:
+        """The handler is ``async def``: its items run as coroutines, many per process."""
+        return is_async(self.handler)
+
+    @property
+    def process_count(self) -> int:
+        """Handler processes that carry the worker's items: ``processes``, else one for an
+        async handler and ``concurrency`` for a sync one (a process per item)."""
+        if self.processes is not None:
+            return self.processes
+        return 1 if self.asynchronous else self.concurrency
 
 
 def check_name(name: object) -> str:
@@ -102,6 +117,53 @@ def check_timeout(timeout: object) -> float | None:
         raise ValueError(f"timeout must be None or a positive number of seconds, got {timeout!r}")
     bounds.check(timeout, bounds.WAIT, field="timeout")
     return float(timeout)
+
+
+def describe_handler(handler: object) -> str:
+    """``module.qualname`` of a handler, as warnings name it."""
+    name = getattr(handler, "__qualname__", type(handler).__name__)
+    return f"{getattr(handler, '__module__', '?')}.{name}"
+
+
+def is_async(handler: object) -> bool:
+    """Whether ``handler`` is an ``async def`` function (or a partial of one)."""
+    return inspect.iscoroutinefunction(handler)
+
+
+def check_processes(processes: object, *, concurrency: int, handler: object, name: str) -> int | None:
+    """``processes`` of worker ``name`` as given (None: the default), or ``ValueError``: it
+    must be an integer from 1 to ``concurrency``, and equal to it for a sync handler."""
+    if processes is None:
+        return None
+    field = f"processes of worker {name!r}"
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        raise ValueError(f"{field} must be an integer >= 1, got {processes!r}")
+    if not is_async(handler) and processes != concurrency:
+        raise ValueError(
+            f"{field} must equal its concurrency ({concurrency}) for a sync handler, got {processes}: "
+            "a sync handler runs each item in a process of its own; leave processes out, or make "
+            "the handler `async def` to run many items per process"
+        )
+    if processes > concurrency:
+        raise ValueError(
+            f"{field} must be at most its concurrency ({concurrency}), got {processes}: each process "
+            "carries at least one item; raise concurrency or lower processes"
+        )
+    return processes
+
+
+def with_concurrency(worker: RegisteredWorker, concurrency: object) -> RegisteredWorker:
+    """``worker`` with ``concurrency`` (checked); a sync worker's processes follow it."""
+    n = check_concurrency(concurrency, field=f"concurrency of {worker.name}")
+    processes = worker.processes if worker.asynchronous else None
+    check_processes(processes, concurrency=n, handler=worker.handler, name=worker.name)
+    return dataclasses.replace(worker, concurrency=n, processes=processes)
+
+
+def with_processes(worker: RegisteredWorker, processes: object) -> RegisteredWorker:
+    """``worker`` with ``processes`` (checked as at registration)."""
+    checked = check_processes(processes, concurrency=worker.concurrency, handler=worker.handler, name=worker.name)
+    return dataclasses.replace(worker, processes=checked)
 
 
 def check_concurrency(concurrency: object, *, field: str = "concurrency") -> int:
@@ -152,6 +214,16 @@ class WorkerView:
     @property
     def concurrency(self) -> int:
         return self._w.concurrency
+
+    @property
+    def processes(self) -> int:
+        """Handler processes carrying its items (docs/async.md)."""
+        return self._w.process_count
+
+    @property
+    def asynchronous(self) -> bool:
+        """Its handler is ``async def``: items run as coroutines, many per process."""
+        return self._w.asynchronous
 
     @property
     def source(self) -> Any:
@@ -274,5 +346,20 @@ class WorkerViews(Mapping[str, WorkerView]):
         return len(self._registry)
 
 
-__all__ = ["RegisteredWorker", "WorkerView", "WorkerViews", "beside", "check_concurrency", "check_handler", "check_name",
-           "own_tables", "sources", "tables"]
+__all__ = [
+    "RegisteredWorker",
+    "WorkerView",
+    "WorkerViews",
+    "beside",
+    "check_concurrency",
+    "check_handler",
+    "check_name",
+    "check_processes",
+    "describe_handler",
+    "is_async",
+    "own_tables",
+    "sources",
+    "tables",
+    "with_concurrency",
+    "with_processes",
+]

@@ -137,7 +137,7 @@ def direct_url(url: str) -> str:
 
 
 def coordinator_options(url: str) -> dict[str, Any]:
-    """The Coordinator arguments a test application needs for ``url``: in the pooler pass, a
+    """The Coordinator arguments a test application needs for ``url``: in a PgBouncer case, a
     URL that goes through PgBouncer gets ``transaction_pooler`` and the direct ``listen_url``."""
     if not enabled():
         return {}

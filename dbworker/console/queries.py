@@ -62,6 +62,8 @@ class WorkerSummary:
     running: list[Running] = field(default_factory=list)
     # A periodic worker's schedule, next due time and last result (``WorkerView.schedule``).
     schedule: dict[str, Any] | None = None
+    processes: int = 1  # handler processes per pod carrying its items
+    asynchronous: bool = False  # an ``async def`` handler: items run as coroutines (docs/async.md)
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -92,6 +94,8 @@ def overview(coordinator: dbworker.Coordinator) -> list[WorkerSummary]:
                 source=reg.source.__name__,
                 table=reg.table.name,
                 concurrency=reg.concurrency,
+                processes=reg.process_count,
+                asynchronous=reg.asynchronous,
                 counts={s.value: int(n) for s, n in counts.items()},
                 claimable=claimable,
                 claimable_capped=claimable >= BACKLOG_CAP,

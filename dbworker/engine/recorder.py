@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dbworker import messages
+from dbworker.aiopool import Health
 from dbworker.engine.context import Context
 from dbworker.engine.picker import Picker
 from dbworker.engine.runner import Runner
@@ -40,8 +41,12 @@ class Recorder:
         self._on_item_done = on_item_done
         self._stopping = stopping
 
-    def handle(self, ev: Done | Skipped | Died) -> bool:
+    def handle(self, ev: Done | Skipped | Died | Health) -> bool:
         """Record one pool event; True when a slot became free for claiming."""
+        if isinstance(ev, Health):
+            self._ctx.observer.loop_health(self._ctx.worker.name, process=ev.process, lag_seconds=ev.lag_seconds,
+                                           in_flight=ev.in_flight)  # fmt: skip
+            return False
         if isinstance(ev, Done):
             self._done(ev)
             return True
@@ -64,14 +69,15 @@ class Recorder:
         self._runner.ran(ev.claim, report.seconds)
         if outcome in (messages.UNFINISHED, messages.RETRIED):
             self._picker.wait_until(sid, report.after)
-        if outcome in (messages.FAILED, messages.RETRIED, messages.RETRY):
+        if outcome in (messages.FAILED, messages.RETRIED, messages.RETRY, messages.TIMED_OUT):
             self._ctx.hint.check(name, report.summary)  # the load or the commit, through a pooler
         if outcome == messages.RETRIED:
             log.warning("dbworker worker %s: handler failed for item %r, retried in %.3g s: %s%s",
                         name, sid, report.after or 0.0, report.summary, _trace(report))  # fmt: skip
-        if outcome == messages.FAILED:
+        if outcome in (messages.FAILED, messages.TIMED_OUT):  # timed out: an async handler's coroutine
             log.warning("dbworker worker %s: handler failed for item %r: %s%s",
-                        name, sid, report.summary, _trace(report))  # fmt: skip
+                        name, sid, report.error if outcome == messages.TIMED_OUT else report.summary,
+                        _trace(report))  # fmt: skip
         elif outcome == messages.LOST:
             log.warning("dbworker worker %s: lost the claim of item %r before its commit; result discarded",
                         name, sid)  # fmt: skip
@@ -85,9 +91,9 @@ class Recorder:
             self.give_back(ev.claim)
         self._ctx.observer.executed(name, outcome=Outcome(outcome).observed, seconds=report.seconds)
         self._active()
-        if outcome in (messages.FINISHED, messages.FAILED):
+        if outcome in (messages.FINISHED, messages.FAILED, messages.TIMED_OUT):
             self._picker.ended(sid)
-        if outcome in (messages.FINISHED, messages.UNFINISHED, messages.FAILED):
+        if outcome in (messages.FINISHED, messages.UNFINISHED, messages.FAILED, messages.TIMED_OUT):
             self._on_item_done(name, sid)
 
     def _died(self, ev: Died) -> None:

@@ -13,12 +13,13 @@ import collections
 import threading
 
 from dbworker import child
+from dbworker.aiopool import AsyncPool
 from dbworker.messages import Outcome
 from dbworker.observe import Observer
 from dbworker.pool import Pool
 from dbworker.sql.items import Claim
 from dbworker.tuning import PREFETCH_BELOW_SECONDS, PREFETCH_MAX_PER_SLOT, PREFETCH_WINDOW_SECONDS
-from dbworker.workers import RegisteredWorker
+from dbworker.workers import RegisteredWorker, describe_handler
 
 
 class Runner:
@@ -33,8 +34,13 @@ class Runner:
         self._observer = observer
         self._stopping = stopping
         # An item handed over behind one that runs longer than short handlers do is taken back.
-        self.pool = Pool(child_config, worker.concurrency, recall_after=PREFETCH_BELOW_SECONDS,
-                         timeout=worker.timeout)  # fmt: skip
+        self.pool: Pool | AsyncPool
+        if worker.asynchronous:  # many items per process, as coroutines
+            self.pool = AsyncPool(child_config, worker.process_count, concurrency=worker.concurrency,
+                                  timeout=worker.timeout, handler=describe_handler(worker.handler))  # fmt: skip
+        else:
+            self.pool = Pool(child_config, worker.concurrency, recall_after=PREFETCH_BELOW_SECONDS,
+                             timeout=worker.timeout)  # fmt: skip
         self._queue: collections.deque[Claim] = collections.deque()
         self._lock = threading.Lock()
         # Tokens of handed-over claims found no longer ours (see claims_lost): a process that

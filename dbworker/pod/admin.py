@@ -72,6 +72,9 @@ def inspect(options: opts.Options, coordinator: dbworker.Coordinator) -> int:
         return termination.EXIT_OK
     # Errors and keys come from handlers and applications: shown with control characters escaped.
     print(redact.printable(render_table(report)))
+    asynchronous = render_async(report)
+    if asynchronous:
+        print(f"\nasync workers:\n{asynchronous}")
     schedules = render_schedules(report)
     if schedules:
         print(redact.printable(f"\nschedules:\n{schedules}"))
@@ -103,6 +106,8 @@ def inspect_report(
             "worker": name,
             "table": view.table.name,
             "concurrency": view.concurrency,
+            "processes": view.processes,
+            "async": view.asynchronous,
             "paused": paused,
             "counts": {s.value: int(counts.get(s, 0)) for s in dbworker.ExecutionStatus},
             "claimable": claimable,
@@ -131,6 +136,15 @@ def render_schedules(report: Sequence[Mapping[str, Any]]) -> str:
         due = "never" if s["next_due_at"] is None else f"{s['next_due_at']:%Y-%m-%d %H:%M:%S} UTC"
         lines.append(f"  {e['worker']}: {s['schedule']}; next due {due}; last {result}")
     return "\n".join(lines)
+
+
+def render_async(report: Sequence[Mapping[str, Any]]) -> str:
+    """One line per async worker of ``inspect``: its items at once and the processes carrying them."""
+    return "\n".join(
+        f"  {e['worker']}: {e['concurrency']} coroutines in {e['processes']} handler "
+        f"process{'' if e['processes'] == 1 else 'es'} per pod"
+        for e in report if e.get("async")
+    )
 
 
 def render_table(report: Sequence[Mapping[str, Any]]) -> str:

@@ -99,13 +99,21 @@ def apply_overrides(coordinator: dbworker.Coordinator, options: opts.Options) ->
     """
     known = list(coordinator.workers)
     pairs: dict[str, int] = options.values.get("concurrency") or {}
+    processes: dict[str, int] = options.values.get("processes") or {}
+    for key, named in (("concurrency", pairs), ("processes", processes)):
+        for name in named:
+            if name not in known:
+                raise termination.CommandError(
+                    f"unknown worker {name!r} in {options.source(key)}; known workers: {', '.join(known)}",
+                    reason=termination.UNKNOWN_WORKER,
+                )
     for name, n in pairs.items():
-        if name not in known:
-            raise termination.CommandError(
-                f"unknown worker {name!r} in {options.source('concurrency')}; known workers: {', '.join(known)}",
-                reason=termination.UNKNOWN_WORKER,
-            )
         coordinator.set_concurrency(name, n)
+    for name, n in processes.items():
+        try:
+            coordinator.set_processes(name, n)
+        except ValueError as exc:
+            raise termination.CommandError(f"{options.source('processes')}: {exc}") from None
     given = {k: v for k in settings.FIELDS if (v := options.values.get(k)) is not None}
     if given:
         # A flag against the code's value: the rule is settings', the names are the sources.

@@ -98,6 +98,19 @@ class WorkerMetrics(observe.Observer):
             ["worker"],
             registry=registry,
         )
+        self.loop_lag = Gauge(
+            "dbworker_event_loop_lag_seconds",
+            "Async handler processes: the worst lag of the process's event loop over the last second "
+            "(a coroutine that blocks the loop shows here; docs/async.md).",
+            ["worker", "process"],
+            registry=registry,
+        )
+        self.items_in_flight = Gauge(
+            "dbworker_items_in_flight",
+            "Async handler processes: items the process runs now, as coroutines.",
+            ["worker", "process"],
+            registry=registry,
+        )
         self.lease_renewals = Counter(
             "dbworker_lease_renewals",
             "Lease renewals by result: renewed, lost (another claim owns the item), error.",
@@ -172,9 +185,15 @@ class WorkerMetrics(observe.Observer):
         *,
         dialect: str | None = None,
         slots: Mapping[str, int] | None = None,
+        processes: Mapping[str, int] | None = None,
     ) -> None:
-        """Create every label set of ``workers`` at zero; set slots and build info if known."""
+        """Create every label set of ``workers`` at zero; set slots and build info if known.
+        ``processes``: the handler processes of async workers (their loop series, per process)."""
         with self._lock:
+            for worker, n in (processes or {}).items():
+                for process in range(n):
+                    self.loop_lag.labels(worker, str(process))
+                    self.items_in_flight.labels(worker, str(process))
             for worker in workers:
                 if worker not in self._touched:
                     self._touched.add(worker)
@@ -244,6 +263,10 @@ class WorkerMetrics(observe.Observer):
 
     def heartbeat(self, worker: str, *, timestamp: float) -> None:
         self.heartbeat_timestamp.labels(worker).set(timestamp)
+
+    def loop_health(self, worker: str, *, process: int, lag_seconds: float, in_flight: int) -> None:
+        self.loop_lag.labels(worker, str(process)).set(lag_seconds)
+        self.items_in_flight.labels(worker, str(process)).set(in_flight)
 
     def draining(self, *, draining: bool) -> None:
         self.draining_gauge.set(1 if draining else 0)

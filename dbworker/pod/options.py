@@ -50,6 +50,7 @@ ALL = ("run", "migrate", "inspect", "retry", "cancel", "pause", "resume", "conso
 OPTIONS: tuple[Option, ...] = (
     Option("--worker", "list", "run/show only this worker (repeatable; the variable takes a comma-separated list); default: all registered workers", ("run", "inspect", "retry", "cancel", "pause", "resume"), metavar="NAME"),
     Option("--concurrency", "pairs", "handler processes for worker NAME, overriding the code (repeatable; the variable takes a=2,b=3)", ("run",), metavar="NAME=N"),
+    Option("--processes", "pairs", "handler processes carrying the --concurrency items of async worker NAME (default 1), overriding the code; a sync worker's must equal its concurrency (repeatable; the variable takes a=2,b=3)", ("run",), metavar="NAME=N"),
     Option("--metrics-port", "int", "port for /metrics, /healthz and /readyz; 0 turns the HTTP server off", ("run",), default=9100, minimum=0, metavar="PORT"),
     Option("--metrics-host", "str", "address the HTTP server listens on", ("run",), default="0.0.0.0", metavar="HOST"),
     Option("--drain-seconds", "float", "after SIGTERM/SIGINT, how long running handlers may finish before they are ended and their claims released", ("run",), default=25.0, minimum=0, maximum=bounds.SETTING, metavar="SECONDS"),

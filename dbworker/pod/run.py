@@ -36,7 +36,8 @@ def command(
     registry = metrics.new_registry()
     metrics.disable_created_series()
     worker_metrics = metrics.WorkerMetrics(registry, version=_version())
-    worker_metrics.touch(workers, slots=slots)
+    async_processes = {w.name: w.process_count for w in coordinator.registrations() if w.name in workers and w.asynchronous}
+    worker_metrics.touch(workers, slots=slots, processes=async_processes)
     tracker = health.HealthTracker(coordinator.dead_threads)
     coordinator.add_observer(worker_metrics)
     coordinator.add_observer(tracker)

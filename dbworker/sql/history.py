@@ -114,9 +114,8 @@ def recorded(update: sa.Update, table: sa.Table) -> sa.Insert:
     """The fenced write ``update`` of one work row and its attempt's row in ``table`` as one
     statement (a data-modifying CTE: PostgreSQL), saving a round trip per item.
 
-    The UPDATE's RETURNING feeds the INSERT, so the attempt is recorded exactly when the
-    fence matched, and the statement's row count is the fence's. Parameters: the update's,
-    then ``dbw_started``, ``dbw_outcome``, ``dbw_claimer``. Locks: the update's, and the
+    The UPDATE's RETURNING feeds the INSERT, so the attempt is recorded, and a row returned,
+    exactly when the fence matched. Parameters: the update's, then ``dbw_started``, ``dbw_outcome``, ``dbw_claimer``. Locks: the update's, and the
     history row it inserts.
     """
     h = table.c
@@ -129,7 +128,8 @@ def recorded(update: sa.Update, table: sa.Table) -> sa.Insert:
         sa.bindparam("dbw_claimer", type_=h.claimed_by.type),
     )
     columns = ["source_id", "started_at", "ended_at", "outcome", "claimed_by"]
-    return sa.insert(table).from_select(columns, rows).add_cte(done)
+    # RETURNING, not the row count: SQLAlchemy keeps an INSERT's row count only when asked.
+    return sa.insert(table).from_select(columns, rows).add_cte(done).returning(h.source_id)
 
 
 @functools.cache

@@ -174,10 +174,11 @@ class Completer:
             values |= {"dbw_started": attempt.started_at, "dbw_outcome": outcome,
                        "dbw_claimer": None if claimer is None else claimer[:tables.CLAIMER_LENGTH]}  # fmt: skip
         if status is ExecutionStatus.UNFINISHED:
-            current = self._step_over.execute(conn, values).rowcount == 1
+            result = self._step_over.execute(conn, values)
         else:
             values |= {"dbw_status": status.value, "dbw_error": None}
-            current = self._finish.execute(conn, values).rowcount == 1
+            result = self._finish.execute(conn, values)
+        current = dialects.inserted(result)  # a row returned (recorded), else the row count
         if current and not self._recorded:
             attempt.record(conn, claim.source_id, outcome)
         return bool(current)

@@ -149,6 +149,8 @@ def query_view(
             .order_by(models.DuplicateMatch.distance, models.DuplicateMatch.image_id)
         ).all()
         view["matches"] = [{"image_id": i, "filename": f, "distance": d} for i, f, d in rows]
+        digest = s.get(models.QueryDigest, query.id)  # the async digest worker's read-back
+        view["digest"] = None if digest is None else {"matches": digest.matches, "fetched_ms": digest.fetched_ms}
     return view
 
 

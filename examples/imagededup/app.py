@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import sessionmaker
 
-from dbworker import Coordinator, ExecutionStatus
+from dbworker import Coordinator, ExecutionStatus, Retry
 from examples.imagededup import models, workers
 
 DEFAULT_DATABASE_URL = "sqlite:///imagededup.sqlite"
@@ -74,6 +74,20 @@ coordinator.transactional_worker(name="hash", source=models.Image, concurrency=2
 coordinator.transactional_worker(
     name="compare", source=models.DuplicateQuery, eligible=compare_eligible, concurrency=2
 )(workers.compare_page)
+
+
+def digest_eligible() -> sa.Select[Any]:
+    """Queries whose compare finished: the async digest worker reads them back from the API."""
+    query = models.DuplicateQuery
+    finished = coordinator.has_execution_status(worker="compare", source_id=query.id, statuses=(ExecutionStatus.FINISHED,))
+    return sa.select(query).where(finished).order_by(query.id)
+
+
+# An async handler: up to 50 API calls in flight as coroutines of one handler process.
+coordinator.transactional_worker(
+    name="digest", source=models.DuplicateQuery, eligible=digest_eligible, concurrency=50,
+    retry=Retry(max_attempts=3, delay=1), timeout=30,
+)(workers.digest_query)
 
 
 def create_schema() -> None:

@@ -171,7 +171,7 @@ def groups_from(queries: list[dict[str, Any]]) -> list[set[int]]:
 def services(database_url: str, workdir: Path, *, poll_seconds: float = 0.1) -> tuple[Service, Service, int, int]:
     """The API and the worker service on ``database_url`` (not started): api, worker, their ports."""
     api_port, metrics_port = free_port(), free_port()
-    env = {**os.environ, "DATABASE_URL": database_url}
+    env = {**os.environ, "DATABASE_URL": database_url, "IMAGEDEDUP_API_URL": f"http://127.0.0.1:{api_port}"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     api = Service(
         "API",

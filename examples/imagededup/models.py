@@ -77,6 +77,17 @@ class DuplicateQuery(Base):
         return max(-(-span // self.page_size), 1)
 
 
+class QueryDigest(Base):
+    """What the async `digest` worker read back from the API about a finished query: how many
+    matches it reports and how long the HTTP call took (a stand-in for a webhook delivery)."""
+
+    __tablename__ = "query_digests"
+
+    query_id: Mapped[int] = mapped_column(ForeignKey("duplicate_queries.id"), primary_key=True)
+    matches: Mapped[int] = mapped_column(Integer)
+    fetched_ms: Mapped[int] = mapped_column(Integer)
+
+
 class DuplicateMatch(Base):
     """One image found within `max_distance` of a query's image."""
 

@@ -1,4 +1,5 @@
-"""The two handlers dbworker runs in its handler processes: hash an image, compare a page.
+"""The handlers dbworker runs in its handler processes: hash an image, compare a page, and
+(``async def``) read a finished query back from the API.
 
 Module-level functions, because dbworker pickles them by reference to its child
 processes. They only read and write through the session they are given; dbworker
@@ -8,10 +9,13 @@ commits those writes together with the outcome they return. `app` registers them
 from __future__ import annotations
 
 import io
+import os
+import time
 
 import imagehash
 import PIL.Image
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from dbworker import ExecutionStatus, Finished, Outcome, Unfinished
@@ -109,3 +113,28 @@ def compare_page(query: models.DuplicateQuery, session: Session) -> Outcome:
     query.cursor = page_end
     query.pages_done += 1
     return Finished() if page_end >= query.upper_id else Unfinished()
+
+
+API_URL_VARIABLE = "IMAGEDEDUP_API_URL"  # where the digest worker reaches the API, e.g. http://api:8000
+
+
+async def digest_query(query: models.DuplicateQuery, session: AsyncSession) -> Outcome:
+    """Read a finished duplicate query back from the API over HTTP and record what it says.
+
+    An ``async def`` handler: dbworker runs many at once as coroutines of one handler process,
+    none holding a database connection while it waits for the API; the digest row is
+    committed with the outcome. An API that does not answer fails the attempt (retried by
+    the worker's Retry)."""
+    import httpx  # the API's own dependency: only the worker service that runs this needs it
+
+    base = os.environ.get(API_URL_VARIABLE)
+    if not base:
+        raise RuntimeError(f"{API_URL_VARIABLE} is not set: set it to the API's URL (e.g. http://127.0.0.1:8000)")
+    started = time.perf_counter()
+    async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+        response = await client.get(f"/queries/{query.id}")
+        response.raise_for_status()
+    matches = len(response.json()["matches"])
+    session.add(models.QueryDigest(query_id=query.id, matches=matches,
+                                   fetched_ms=round((time.perf_counter() - started) * 1000)))  # fmt: skip
+    return Finished()

@@ -52,6 +52,12 @@ def spec_schema() -> dict[str, Any]:
                 "maxProperties": 64,
                 "additionalProperties": {"type": "integer", "minimum": 1, "maximum": 1024},
             },
+            "processes": {
+                "type": "object", "maxProperties": 64,
+                "description": "Handler processes carrying an async worker's concurrency items, per worker name "
+                               "(default 1; a sync worker's must equal its concurrency).",
+                "additionalProperties": {"type": "integer", "minimum": 1, "maximum": 1024},
+            },
             "replicas": {"type": "integer", "format": "int32", "minimum": 0, "maximum": rules.MAX_PODS,
                          "default": rules.DEFAULT_REPLICAS,
                          "description": "Pods to run (ignored while autoscaling drives the Deployment)."},
@@ -172,6 +178,10 @@ def spec_schema() -> dict[str, Any]:
             {
                 "rule": "!has(self.concurrency) || !has(self.workers) || self.concurrency.all(k, k in self.workers)",
                 "message": "every concurrency key must be listed in workers (or leave workers unset to run all)",
+            },
+            {
+                "rule": "!has(self.processes) || !has(self.workers) || self.processes.all(k, k in self.workers)",
+                "message": "every processes key must be listed in workers (or leave workers unset to run all)",
             },
         ],
     }

@@ -82,10 +82,14 @@ MAX_ENV = 256
 # may set none of them (nor any other DBWORKER_* name): they would bypass these fields' checks,
 # break the probes or hide the exit reasons.
 DBWORKER_ENV_PREFIX = "DBWORKER_"
+# The most connections one async handler process holds (the library's sql/drivers.ASYNC_POOL_MAX,
+# copied: the operator imports only dbworker.redact; a test keeps the two equal).
+ASYNC_POOL_MAX = 15
 DBWORKER_VARIABLES: dict[str, str | None] = {
     "DBWORKER_APP": "spec.app",
     "DBWORKER_WORKER": "spec.workers",
     "DBWORKER_CONCURRENCY": "spec.concurrency",
+    "DBWORKER_PROCESSES": "spec.processes",
     "DBWORKER_METRICS_PORT": "spec.metrics.port",
     "DBWORKER_METRICS_HOST": None,
     "DBWORKER_DRAIN_SECONDS": "spec.drainSeconds",

@@ -65,6 +65,7 @@ class WorkerSpec:
     image_pull_secrets: tuple[str, ...] = ()
     workers: tuple[str, ...] = ()
     concurrency: tuple[tuple[str, int], ...] = ()
+    processes: tuple[tuple[str, int], ...] = ()  # async workers' handler processes
     replicas: int = rules.DEFAULT_REPLICAS
     lease_seconds: float | None = None
     poll_seconds: float | None = None
@@ -96,15 +97,38 @@ class WorkerSpec:
 
     @property
     def connections_per_pod(self) -> int:
-        """The connections one pod opens (README, "Connection budget"): one per handler process,
-        the coordinator engine's pool, and PostgreSQL's one LISTEN connection (none on MySQL, as
-        the database trigger's type says, nor behind a transaction pooler without a listen URL:
-        those pods poll)."""
-        handlers = sum(n for _, n in self.concurrency)
+        """The connections one pod opens (README, "Connection budget"): one per handler process
+        of a sync worker; an async worker's ``processes`` hold at most their share of its items,
+        up to ASYNC_POOL_MAX each; the coordinator engine's pool, and PostgreSQL's one LISTEN
+        connection (none on MySQL, as the database trigger's type says, nor behind a
+        transaction pooler without a listen URL: those pods poll)."""
+        processes = dict(self.processes)
+        handlers = sum(async_connections(n, processes[k]) if k in processes else n for k, n in self.concurrency)
         mysql = self.autoscaling is not None and self.autoscaling.database is not None and \
             self.autoscaling.database.type == "mysql"
         polls = mysql or (self.transaction_pooler and self.listen_secret is None)
         return handlers + self.pool_connections + (0 if polls else 1)
+
+
+def async_connections(concurrency: int, processes: int) -> int:
+    """The most connections an async worker's handler processes hold: each its share of the
+    items, at most ASYNC_POOL_MAX."""
+    share = -(-concurrency // processes)
+    return processes * min(share, rules.ASYNC_POOL_MAX)
+
+
+def _per_worker(spec: Mapping[str, Any], key: str, workers: tuple[str, ...]) -> list[tuple[str, int]]:
+    """spec.concurrency or spec.processes: (worker name, count) pairs, sorted and checked."""
+    pairs: list[tuple[str, int]] = []
+    for name, value in sorted(fields.get(spec, key, Mapping, {}).items()):
+        fields.worker_name(name, f"{key}.{name}")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(f"spec.{key}.{name}: {value!r} must be an integer >= 1")
+        fields.check_value(fields.schema_of(f"{key}.{name}"), value, f"spec.{key}.{name}")
+        if workers and name not in workers:
+            raise SpecError(f"spec.{key}.{name}: {name!r} is not in spec.workers; add it there or remove it")
+        pairs.append((name, value))
+    return pairs
 
 
 def _name(meta: Mapping[str, Any]) -> str:
@@ -191,15 +215,11 @@ def parse(body: Mapping[str, Any], *, pod_monitor_labels: Mapping[str, str] | No
                         "keep DATABASE_URL or name the variable your application reads the URL from")
 
     workers = tuple(fields.worker_name(w, f"workers[{i}]") for i, w in enumerate(fields.get(spec, "workers", list, [])))
-    concurrency: list[tuple[str, int]] = []
-    for key, value in sorted(fields.get(spec, "concurrency", Mapping, {}).items()):
-        fields.worker_name(key, f"concurrency.{key}")
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise SpecError(f"spec.concurrency.{key}: {value!r} must be an integer >= 1")
-        fields.check_value(fields.schema_of(f"concurrency.{key}"), value, f"spec.concurrency.{key}")
-        if workers and key not in workers:
-            raise SpecError(f"spec.concurrency.{key}: {key!r} is not in spec.workers; add it there or remove it")
-        concurrency.append((key, value))
+    concurrency, processes = _per_worker(spec, "concurrency", workers), _per_worker(spec, "processes", workers)
+    for key, n in processes:
+        if n > dict(concurrency).get(key, n):
+            raise SpecError(f"spec.processes.{key}: {n} is more than spec.concurrency.{key} "
+                            f"({dict(concurrency)[key]}); each process carries at least one item")
 
     poll = fields.seconds(spec, "pollSeconds")
     max_poll = fields.seconds(spec, "maxPollSeconds")
@@ -259,6 +279,7 @@ def parse(body: Mapping[str, Any], *, pod_monitor_labels: Mapping[str, str] | No
         image_pull_secrets=tuple(pull_secrets),
         workers=workers,
         concurrency=tuple(concurrency),
+        processes=tuple(processes),
         replicas=fields.count(spec, "replicas", default=rules.DEFAULT_REPLICAS) or 0,
         lease_seconds=fields.seconds(spec, "leaseSeconds"),
         poll_seconds=poll,

@@ -168,7 +168,7 @@ def build(
     **settings: Any,
 ) -> Coordinator:
     """A coordinator on ``url`` with worker ``items`` (application and work tables created);
-    through the pooler pass's PgBouncer with its settings (``tests.pooler``)."""
+    through PgBouncer with its settings in a test whose `db` is ``pgbouncer`` (``tests.pooler``)."""
     engine = sa.create_engine(url, pool_pre_ping=True)
     settings = {**pooler.coordinator_options(url), **settings}
     coordinator = Coordinator(sessionmaker(engine), database_url=url, **settings)

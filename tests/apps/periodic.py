@@ -84,7 +84,7 @@ def not_drafts() -> sa.Select[Any]:
 def build(url: str, *, every: float = 2, catch_up: int = 1, lease_seconds: float = 30,
           poll_seconds: float = 0.05, max_poll_seconds: float = 0.5) -> Coordinator:  # fmt: skip
     """The coordinator with both workers registered and every table created; through the
-    pooler pass's PgBouncer with its settings (``tests.pooler``)."""
+    PgBouncer with its settings in a test whose `db` is ``pgbouncer`` (``tests.pooler``)."""
     engine = sa.create_engine(url, **pooler.engine_options(url))
     Base.metadata.create_all(engine)
     coordinator = Coordinator(

@@ -25,7 +25,7 @@ def library_names() -> set[str]:
 
     registry = CollectorRegistry()
     worker_metrics = metrics.WorkerMetrics(registry, version="test")
-    worker_metrics.touch(["touch"], dialect="sqlite", slots={"touch": 1})
+    worker_metrics.touch(["touch"], dialect="sqlite", slots={"touch": 1}, processes={"touch": 1})
     return registry_names(registry)
 
 

@@ -89,6 +89,15 @@ def test_duplicates_failures_and_retries(system: System) -> None:
         # Every other image was compared once its hash had settled: only the corrupt one skipped.
         assert (query["compared"], query["skipped"]) == (len(uploaded) - 2, 1), query
 
+    # The async digest worker read every finished query back from the API over HTTP.
+    def digested() -> bool:
+        done = system.client.get("/queries", params={"limit": 1000, "status": "finished"}).json()
+        return len(done) == len(uploaded) - 1 and all(
+            q["digest"] is not None and q["digest"]["matches"] == len(q["matches"]) for q in done
+        )
+
+    system.wait(digested, what="every finished query digested by the async worker")
+
     # A retry without a fix fails again; a finished hash has nothing to retry.
     assert system.client.post(f"/images/{corrupt_id}/retry").status_code == 200
     system.wait(
@@ -132,6 +141,12 @@ def test_duplicates_failures_and_retries(system: System) -> None:
     )
     assert metric(metrics, "dbworker_executions_total", worker="compare", outcome="unfinished") > 0
     assert metric(metrics, "dbworker_executions_total", worker="compare", outcome="failed") == 1
+    system.wait(  # the retried query is digested once its compare finished
+        lambda: metric(system.metrics(), "dbworker_executions_total", worker="digest", outcome="finished")
+        == len(uploaded),
+        what="the retried query's digest",
+    )
+    assert "dbworker_event_loop_lag_seconds" in metrics and "dbworker_items_in_flight" in metrics
 
     assert system.worker.stop(timeout=40) == 0, system.worker.log_tail()
     # Nothing died, so no claim should ever have waited for its lease to expire.

@@ -187,7 +187,7 @@ def test_a_fleet_drains_within_the_limits(db: Database, coordinators: list[Coord
         with Session(db.engine) as s:
             return all(made[0].execution_status(s, worker="jobs", source_id=i) is ExecutionStatus.FINISHED for i in ids)
 
-    wait_until(done, what="every job finished")
+    wait_until(done, timeout=300, what="every job finished")
     spans = limited.spans(db.engine)
     assert len(spans) == 24
     assert limited.most_at_once([(s.started, s.ended) for s in spans]) <= 3

@@ -3,4 +3,4 @@
 WITH dbw_done AS
 (UPDATE items_work SET execution_status=%(dbw_status)s::VARCHAR, claim_token=%(param_1)s::VARCHAR, lease_expires_at=%(param_2)s::TIMESTAMP WITHOUT TIME ZONE, error=%(dbw_error)s::VARCHAR, not_before=%(param_3)s::TIMESTAMP WITHOUT TIME ZONE, traceback=%(param_4)s::VARCHAR, ended_at=CASE WHEN (%(dbw_status)s::VARCHAR = %(param_5)s::VARCHAR) THEN items_work.ended_at ELSE timezone(%(timezone_1)s::VARCHAR, statement_timestamp()) END WHERE items_work.source_id = %(dbw_sid)s::INTEGER AND items_work.claim_token = %(dbw_token)s::VARCHAR AND items_work.execution_status = %(execution_status_1)s::VARCHAR RETURNING items_work.source_id)
  INSERT INTO items_history (source_id, started_at, ended_at, outcome, claimed_by) SELECT dbw_done.source_id, %(dbw_started)s::TIMESTAMP WITHOUT TIME ZONE AS anon_1, timezone(%(timezone_2)s::VARCHAR, statement_timestamp()) AS dbworker_server_now_1, %(dbw_outcome)s::VARCHAR AS anon_2, %(dbw_claimer)s::VARCHAR AS anon_3
-FROM dbw_done
+FROM dbw_done RETURNING items_history.source_id

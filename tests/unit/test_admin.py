@@ -22,3 +22,16 @@ def test_render_table() -> None:
     ]
     assert lines[1].split() == ["hash", "1", "2", "30", "0", "1000+"]
     assert lines[2].split() == ["compare", "0", "0", "0", "4", "0", "yes"]
+
+
+def test_render_async_lists_async_workers_and_their_processes() -> None:
+    report = [
+        {"worker": "hash", "concurrency": 4, "processes": 4, "async": False},
+        {"worker": "hooks", "concurrency": 200, "processes": 2, "async": True},
+        {"worker": "one", "concurrency": 8, "processes": 1, "async": True},
+    ]
+    assert admin.render_async(report).splitlines() == [
+        "  hooks: 200 coroutines in 2 handler processes per pod",
+        "  one: 8 coroutines in 1 handler process per pod",
+    ]
+    assert admin.render_async(report[:1]) == ""

@@ -233,3 +233,16 @@ def test_backlog_sampler_with_zero_interval_never_runs(
     sampler.start()
     sampler.stop()
     assert fake.calls == []
+
+
+def test_async_processes_report_loop_lag_and_items_in_flight(
+    registry: CollectorRegistry, m: metrics.WorkerMetrics
+) -> None:
+    observers = observe.Observers([m])  # as the coordinator fans the pool's health reports out
+    observers.loop_health("hash", process=0, lag_seconds=0.003, in_flight=180)
+    observers.loop_health("hash", process=1, lag_seconds=2.5, in_flight=3)
+    assert value(registry, "dbworker_event_loop_lag_seconds", worker="hash", process="0") == 0.003
+    assert value(registry, "dbworker_items_in_flight", worker="hash", process="0") == 180
+    assert value(registry, "dbworker_event_loop_lag_seconds", worker="hash", process="1") == 2.5
+    observers.loop_health("hash", process=1, lag_seconds=0.0, in_flight=0)  # the latest report wins
+    assert value(registry, "dbworker_items_in_flight", worker="hash", process="1") == 0

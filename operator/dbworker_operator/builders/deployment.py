@@ -43,6 +43,8 @@ def dbworker_env(spec: WorkerSpec) -> list[dict[str, Any]]:
         env.append({"name": "DBWORKER_WORKER", "value": ",".join(spec.workers)})
     if spec.concurrency:
         env.append({"name": "DBWORKER_CONCURRENCY", "value": ",".join(f"{k}={n}" for k, n in spec.concurrency)})
+    if spec.processes:
+        env.append({"name": "DBWORKER_PROCESSES", "value": ",".join(f"{k}={n}" for k, n in spec.processes)})
     for name, value in (("DBWORKER_LEASE_SECONDS", spec.lease_seconds),
                         ("DBWORKER_POLL_SECONDS", spec.poll_seconds),
                         ("DBWORKER_MAX_POLL_SECONDS", spec.max_poll_seconds)):
