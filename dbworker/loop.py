@@ -106,14 +106,14 @@ class WorkerLoop:
         # back are named there, so they are claimed by key.
         postgres = engine.dialect.name == "postgresql"
         sweep = Sweep(
-            keys_as_text=postgres, max_poll_seconds=settings.max_poll_seconds,
+            keys_as_text=postgres, max_poll_seconds=settings.max_poll_seconds, lease_seconds=settings.lease_seconds,
             parse_key=None if postgres else functools.partial(tables.key_from_text, column=worker.key),
             fed=fed, shares_source=shares_source,
         )  # fmt: skip
         self.picker = Picker(sweep, lookup_every=min(LOOKUP_SECONDS, settings.max_poll_seconds))
         self.runner = Runner(worker, child_config, observer=observer, stopping=self._stopping)
         self.pool: Pool | AsyncPool = self.runner.pool
-        self.fetcher = Fetcher(self._ctx, self.picker, hand_out=self.runner.enqueue, claim_soon=self._request_claim)
+        self.fetcher = Fetcher(self._ctx, self.picker, hand_out=self.runner.enqueue)
         self.recorder = Recorder(self._ctx, self.picker, self.runner, on_item_done=on_item_done,
                                  stopping=self._stopping)  # fmt: skip
         self.pruner = Pruner(self._ctx)
@@ -211,7 +211,7 @@ class WorkerLoop:
                     timeout = min(timeout, soon)
             if not stopping:
                 if picker.lookup_due(now):
-                    self._look_up()
+                    self._look_up(now)
                 self.pruner.maybe(now)
                 timeout = min(timeout, max(0.0, picker.lookup_at - now))
             due = picker.take_due(now)
@@ -270,12 +270,14 @@ class WorkerLoop:
                     self._ctx.db_error("claim", exc)
                     last_trip = time.monotonic() - settings.max_poll_seconds + errors.next()
 
-    def _look_up(self) -> None:
-        """The periodic lookup (``Fetcher.look_up``): wait for the waiting items it found;
-        on a pause, stop claiming; on resuming, claim at once."""
-        found = self.fetcher.look_up()
+    def _look_up(self, now: float) -> None:
+        """The periodic lookup (``Fetcher.look_up``): wait for the waiting items it found,
+        claim the expired ones at once; on a pause, stop claiming; on resuming, claim at once."""
+        found = self.fetcher.look_up(now)
         if found is None:
             return  # an error keeps the last state (the lookup is tried again in a second)
+        if found.expired:
+            self._claim_now = True
         paused = self.picker.looked_up(found)
         if paused is None:
             return
