@@ -14,6 +14,7 @@ from dbworker.contract import (
     now,
 )
 from dbworker.coordinator import Coordinator
+from dbworker.limits import Limit
 from dbworker.progress import report_progress
 from dbworker.retries import Retry
 from dbworker.sql.claims import Claim
@@ -26,6 +27,7 @@ __all__ = [
     "ExecutionStatus",
     "Finished",
     "Handler",
+    "Limit",
     "LostClaim",
     "Outcome",
     "Retry",

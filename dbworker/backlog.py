@@ -11,14 +11,18 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dbworker.sql import claims, status, sweeps
+from dbworker.sql import claims, limited, status, sweeps
 from dbworker.sql.dialects import connect
 from dbworker.workers import RegisteredWorker
 
 
 def count(engine: Engine, worker: RegisteredWorker, *, cap: int) -> int:
-    """How many items of ``worker`` are claimable now, counting at most ``cap``."""
+    """How many items of ``worker`` are claimable now, counting at most ``cap``; with limits,
+    not those waiting only on a limit (more pods cannot start them; docs/limits.md)."""
     with connect(engine) as conn:
+        if worker.limits:
+            return limited.startable(conn, table=worker.table, key=worker.key, eligible=worker.eligible,
+                                     limits=worker.limits, cap=cap)  # fmt: skip
         return status.backlog(conn, worker.table, worker.key, worker.eligible, cap=cap, after=_fleet_low(conn, worker))
 
 

@@ -24,10 +24,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from dbworker import backlog, redact, running, settings, startup, tracing
 from dbworker import workers as checks
 from dbworker.contract import Eligible, ExecutionStatus
+from dbworker.limits import Limit, check_limits
 from dbworker.observe import Observer, Observers
 from dbworker.retries import Retry
 from dbworker.schedules import policy, ticks
-from dbworker.sql import dialects, history, pauses, poolers, status, sweeps, tables, traces, upgrade
+from dbworker.sql import dialects, poolers, status, tables, upgrade
 from dbworker.sql.dialects import connect
 from dbworker.sql.due import Due, column_of
 from dbworker.workers import RegisteredWorker, WorkerViews
@@ -197,6 +198,7 @@ class Coordinator:
         timeout: float | None = None,
         due: Any = None,
         processes: int | None = None,
+        limits: list[Limit] | None = None,
     ) -> Callable[[F], F]:
         """Register the decorated function as worker ``name``'s handler; return it unchanged.
 
@@ -204,7 +206,7 @@ class Coordinator:
         SPEC). ``timeout``: seconds a handler may run before its process is ended and the
         attempt fails (None: no limit). ``due``: a nullable naive-UTC DateTime column of the
         source (``due=Post.publish_at``); a row is claimable only once it is set and not
-        later than the database's clock, and the coordinator wakes for it on time.
+        later than the database's clock, and the coordinator wakes for it on time. ``limits``: docs/limits.md.
         ``processes``: handler processes carrying the ``concurrency`` items; an ``async def``
         handler runs many items per process (default 1), a sync one a process per item (it
         must equal ``concurrency``). Bad arguments raise ``ValueError`` naming them.
@@ -216,7 +218,7 @@ class Coordinator:
             raise ValueError(f"eligible must be a zero-argument callable returning a select(), got {eligible!r}")
         found = None if due is None else Due(column_of(tables.source_mapper(source), due), key, eligible)
         return self._register(name, source, found or eligible, concurrency, retry, timeout, due=found,
-                              processes=processes)  # fmt: skip
+                              processes=processes, limits=limits)  # fmt: skip
 
     def periodic(
         self,
@@ -251,15 +253,16 @@ class Coordinator:
 
     def _register(self, name: str, source: Any, eligible: Eligible | None, concurrency: int,
                   retry: Retry | None, timeout: float | None, *, due: Due | None = None,
-                  schedule: policy.Schedule | None = None, processes: int | None = None) -> Callable[[F], F]:  # fmt: skip
+                  schedule: policy.Schedule | None = None, processes: int | None = None,
+                  limits: Any = None) -> Callable[[F], F]:  # fmt: skip
         """Check the arguments every kind of worker shares; return the decorator that registers."""
         key = tables.source_key(source)
         checks.check_concurrency(concurrency)
         retry = checks.check_retry(retry)
         timeout = checks.check_timeout(timeout)
         table = tables.work_table(name, source)
-        history.history_table(table)  # beside it in the MetaData, so create_all() makes both
-        traces.side_table(key.table)  # the writers' trace contexts (dbworker.otel), the same
+        limits = check_limits(limits, key.table)
+        checks.beside(table, key.table, limits)  # in the MetaData, so create_all() makes them too
 
         def register(handler: F) -> F:
             checks.check_handler(name, handler)
@@ -270,7 +273,7 @@ class Coordinator:
             self._registry[name] = RegisteredWorker(
                 name=name, source=source, handler=handler, eligible=eligible,
                 concurrency=concurrency, table=table, key=key, retry=retry, timeout=timeout,
-                due=due, schedule=schedule, processes=processes,
+                due=due, schedule=schedule, processes=processes, limits=limits,
             )
             return handler
 
@@ -330,30 +333,21 @@ class Coordinator:
         """Put the wake-up triggers on every worker's source table (``upgrade_worker_tables``
         does it by default); return what was done. Idempotent: triggers already current
         are left alone."""
-        return upgrade.wakeup_triggers(self.engine, self._sources(), install=True)
+        return upgrade.wakeup_triggers(self.engine, checks.sources(self._registry.values()), install=True)
 
     def upgrade_worker_tables(self, *, wakeup_triggers: bool = True) -> list[str]:
-        """Create or upgrade every work table and dbworker's own tables (``dbworker_ticks``
-        when a periodic worker is registered); idempotent and safe
-        from many processes at once. Return the changes made.
+        """Create or upgrade every work table and dbworker's own tables (``own_tables``);
+        idempotent and safe from many processes at once. Return the changes made.
 
-        ``wakeup_triggers`` (default on) also puts triggers on each worker's SOURCE table,
-        the application's own, so committed inserts and updates wake the workers at once
-        instead of at their next poll, naming the rows: on PostgreSQL one NOTIFY per
-        statement; on MySQL/MariaDB and SQLite a row per changed row in
-        ``dbworker_changes``, which coordinators read and prune. ``False`` removes them
-        (workers then poll: pick-up waits up to ``max_poll_seconds``).
+        ``wakeup_triggers`` (default on) also puts triggers on each worker's SOURCE table, the
+        application's own, so committed inserts and updates wake the workers at once, naming
+        the rows: on PostgreSQL one NOTIFY per statement; on MySQL/MariaDB and SQLite a row per
+        changed row in ``dbworker_changes``, which coordinators read and prune. ``False``
+        removes them (workers then poll: pick-up waits up to ``max_poll_seconds``).
         """
-        scheduled = [ticks.TABLE] if any(w.schedule for w in self._registry.values()) else []
-        work = [w.table for w in self._registry.values()]
-        own = [*scheduled, *work, *map(history.history_table, work), pauses.TABLE, sweeps.TABLE,
-               *{id(t): traces.side_table(t) for t in self._sources()}.values()]
-        changes = upgrade.ensure(self.engine, own)
-        return changes + upgrade.wakeup_triggers(self.engine, self._sources(), install=wakeup_triggers)
-
-    def _sources(self) -> list[sa.Table]:
-        return [w.key.table for w in self._registry.values()]
-
+        registered = self._registry.values()
+        return upgrade.ensure(self.engine, checks.own_tables(registered)) + upgrade.wakeup_triggers(
+            self.engine, checks.sources(registered), install=wakeup_triggers)  # fmt: skip
     # --- running ---------------------------------------------------------------------------
     @property
     def engine(self) -> Engine:

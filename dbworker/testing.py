@@ -58,7 +58,7 @@ def drain(coordinator: Coordinator, *, workers: Iterable[str] | None = None, max
                 w = registered[name]
                 with connect(engine) as conn:
                     taken = claims.claim(conn, table=w.table, key=w.key, eligible=w.eligible, limit=1,
-                                         lease_seconds=coordinator.lease_seconds).taken  # fmt: skip
+                                         lease_seconds=coordinator.lease_seconds, limits=w.limits).taken  # fmt: skip
                 if not taken:
                     continue
                 report = runners[name].run(taken[0])

@@ -10,7 +10,7 @@ import dataclasses
 import inspect
 import pickle
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,10 +19,23 @@ from sqlalchemy.orm import Session
 
 from dbworker import bounds
 from dbworker.contract import AsyncHandler, Eligible, ExecutionStatus, Handler
+from dbworker.limits import Limit
 from dbworker.retries import Retry
 from dbworker.schedules import ticks
 from dbworker.schedules.policy import Schedule
-from dbworker.sql import items, names, pauses, progress, status, tables, upgrade
+from dbworker.sql import (
+    history,
+    items,
+    names,
+    pauses,
+    progress,
+    slots,
+    status,
+    sweeps,
+    tables,
+    traces,
+    upgrade,
+)
 from dbworker.sql.due import Due
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
@@ -44,6 +57,7 @@ class RegisteredWorker:
     due: Due | None = None  # transactional_worker(due=...): ``eligible`` is this, narrowed to due rows
     schedule: Schedule | None = None  # coordinator.periodic(...): the source is the ticks table
     processes: int | None = None  # transactional_worker(processes=...); None: the default (process_count)
+    limits: tuple[Limit, ...] = ()  # transactional_worker(limits=...): docs/limits.md
 
     @property
     def asynchronous(self) -> bool:
@@ -158,6 +172,32 @@ def check_concurrency(concurrency: object, *, field: str = "concurrency") -> int
         raise ValueError(f"{field} must be an integer >= 1, got {concurrency!r}")
     bounds.check(concurrency, bounds.CONCURRENCY, field=field)
     return concurrency
+
+
+def beside(table: sa.Table, source: sa.Table, limits: tuple[Limit, ...]) -> None:
+    """Define the tables kept beside a work table: its attempt history, its source's trace
+    contexts (dbworker.otel), and with limits its slots."""
+    history.history_table(table)
+    traces.side_table(source)
+    if limits:
+        slots.slots_table(table)
+
+
+def own_tables(registered: Iterable[RegisteredWorker]) -> list[sa.Table]:
+    """Every table dbworker keeps for ``registered`` workers: theirs (work, history, slots), their
+    sources' trace contexts, ``dbworker_ticks`` when one is periodic, the pause and sweep tables."""
+    found = list(registered)
+    scheduled = [ticks.TABLE] if any(w.schedule for w in found) else []
+    work = [w.table for w in found]
+    limited = [slots.slots_table(w.table) for w in found if w.limits]
+    traced = {id(t): traces.side_table(t) for t in sources(found)}.values()
+    return [*scheduled, *work, *map(history.history_table, work), *limited, pauses.TABLE, sweeps.TABLE,
+            *traced]
+
+
+def sources(registered: Iterable[RegisteredWorker]) -> list[sa.Table]:
+    """The source tables of ``registered`` workers."""
+    return [w.key.table for w in registered]
 
 
 class WriteLockHeld(RuntimeError):
@@ -315,12 +355,15 @@ __all__ = [
     "RegisteredWorker",
     "WorkerView",
     "WorkerViews",
+    "beside",
     "check_concurrency",
     "check_handler",
     "check_name",
     "check_processes",
     "describe_handler",
     "is_async",
+    "own_tables",
+    "sources",
     "tables",
     "with_concurrency",
     "with_processes",

@@ -152,6 +152,7 @@ class Fetcher:
             after=sweep.cursor if keys is None else None,
             keys=keys,
             inclusive=sweep.inclusive,
+            limits=w.limits,
         )
         if wrap:
             sweep.wrapped(started=start, now=time.monotonic())

@@ -16,7 +16,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from dbworker.sql import dialects, items, statements, transactions
+from dbworker.limits import Limit
+from dbworker.sql import dialects, items, limited, statements, transactions
 from dbworker.sql.items import Claim
 from dbworker.sql.states import UNFINISHED, WORKING
 
@@ -50,6 +51,7 @@ def claim(
     after: Any = None,
     keys: Sequence[Any] | None = None,
     inclusive: bool = False,
+    limits: Sequence[Limit] = (),
 ) -> Round:
     """Claim up to ``limit`` items in one transaction, which this function commits.
 
@@ -63,10 +65,17 @@ def claim(
     Locks: on PostgreSQL, MySQL 8.0.1+ and MariaDB 10.6+ the candidate source rows are
     locked FOR UPDATE SKIP LOCKED until the commit; the work rows written are row-locked
     as any INSERT/UPDATE. Elsewhere (SQLite) the conditional writes alone decide.
+
+    With ``limits`` every round looks at all claimable rows in turns between keys (no
+    cursor, ``keys`` only say when to look; ``sql.limited``) and takes the limits' slots.
     """
     caps = dialects.of(conn)
-    st = statements.prebuilt(table, key, caps)
     lease = caps.seconds_value(lease_seconds)
+    if limits:
+        taken, seen = limited.claim(conn, table=table, key=key, eligible=eligible, limits=limits, limit=limit,
+                                    lease=lease)  # fmt: skip
+        return Round(taken, seen, None, swept=False)
+    st = statements.prebuilt(table, key, caps)
     one_shot = st.one_shot_keys if keys is not None else st.one_shot if after is None else st.one_shot_after
     if eligible is None and one_shot is not None and not conn.in_transaction():
         return _claim_in_one_statement(conn, one_shot, limit=limit, lease=lease, after=after, keys=keys)

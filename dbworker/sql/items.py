@@ -59,21 +59,26 @@ class Claim:
 # --- claim, take_over ----------------------------------------------------------------------
 
 
-def claim(conn: Connection, st: statements.Prebuilt, source_id: Any, lease: Any) -> Claim | None:
-    """Take one candidate: a first claim, a claim of an unfinished item, else ``take_over``.
-    No commit (the claim round commits)."""
-    token = str(uuid.uuid4())
+def claim(
+    conn: Connection, st: statements.Prebuilt, source_id: Any, lease: Any, *, token: str | None = None
+) -> Claim | None:
+    """Take one candidate: a first claim, a claim of an unfinished item, else ``take_over``;
+    with ``token`` (a limited claim's, named by its slots) that token. No commit (the claim
+    round commits)."""
+    token = token or str(uuid.uuid4())
     params = {"dbw_sid": source_id, "dbw_token": token, "dbw_lease": lease}
     if dialects.inserted(conn.execute(st.first, params)):
         return Claim(source_id, token)
     if conn.execute(st.again, params).rowcount == 1:
         return Claim(source_id, token)
-    return take_over(conn, st, source_id, lease)
+    return take_over(conn, st, source_id, lease, token=token)
 
 
-def take_over(conn: Connection, st: statements.Prebuilt, source_id: Any, lease: Any) -> Claim | None:
+def take_over(
+    conn: Connection, st: statements.Prebuilt, source_id: Any, lease: Any, *, token: str | None = None
+) -> Claim | None:
     """Take ``source_id`` over if its claim's lease expired; no commit."""
-    token = str(uuid.uuid4())
+    token = token or str(uuid.uuid4())
     params = {"dbw_sid": source_id, "dbw_token": token, "dbw_lease": lease}
     if conn.execute(st.over, params).rowcount == 1:
         return Claim(source_id, token, taken_over=True)

@@ -20,9 +20,12 @@ ANY: frozenset[str] = frozenset({"*"})
 
 
 def waits_for(worker: RegisteredWorker, work_tables: Mapping[sa.Table, str]) -> frozenset[str]:
-    """Names of the workers whose work tables ``worker``'s eligible query reads (``ANY`` if unknown)."""
+    """Names of the workers whose work tables ``worker``'s eligible query reads (``ANY`` if
+    unknown); a worker with limits waits for itself too: an item of it that ends, in any
+    pod, frees its slots for the items waiting on them (docs/limits.md)."""
+    own = frozenset({worker.name}) if worker.limits else frozenset()
     if worker.eligible is None:
-        return frozenset()
+        return own
     try:
         query = worker.eligible()
     except Exception:  # noqa: BLE001 - it may need application state; claims will say why
@@ -33,7 +36,7 @@ def waits_for(worker: RegisteredWorker, work_tables: Mapping[sa.Table, str]) -> 
     for element in visitors.iterate(query):
         if isinstance(element, sa.Table) and element in work_tables:
             found.add(work_tables[element])
-    return frozenset(found)
+    return frozenset(found) | own
 
 
 def dependency_map(workers: Iterable[RegisteredWorker]) -> dict[str, frozenset[str]]:

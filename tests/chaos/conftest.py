@@ -21,9 +21,10 @@ class Processes:
     def __init__(self) -> None:
         self.started: list[subprocess.Popen[str]] = []
 
-    def coordinator(self, url: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    def coordinator(self, url: str, *args: str, env: dict[str, str] | None = None,
+                    module: str = "tests.apps.runner") -> subprocess.Popen[str]:  # fmt: skip
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.apps.runner", url, *args],
+            [sys.executable, "-m", module, url, *args],
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
             stdout=subprocess.PIPE,

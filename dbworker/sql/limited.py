@@ -1,0 +1,168 @@
+"""A claim round of a worker with limits: fair candidates, and for each a slot of every limit.
+
+The candidates are the claimable rows of the eligible query (every row without one) with
+each limit's key, ranked so that claims take turns between keys (``fair_candidates``); each
+is taken only once a slot of every limit was won (``sql.slots``), in the same transaction
+as the claim. The rule and semantics are docs/limits.md's; the limits' checks ``limits``'.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from dbworker import limits as limits_
+from dbworker.limits import Limit
+from dbworker.sql import candidates, dialects, items, slots, statements, transactions
+from dbworker.sql.items import Claim
+
+
+def key_column(lim: Limit) -> sa.ColumnElement[str]:
+    """A limit's key as the text the slots table keeps (NULL and '' are one key)."""
+    if lim.key is None:
+        return sa.literal("")
+    return sa.func.coalesce(sa.cast(lim.key, sa.String()), "")
+
+
+def fair_candidates(
+    st: statements.Prebuilt, key: sa.Column[Any], table: sa.Table, eligible: Callable[[], sa.Select[Any]] | None,
+    limits: Sequence[Limit], caps: dialects.Capabilities, *, per_key: int,
+) -> sa.Select[Any]:  # fmt: skip
+    """Up to ``dbw_limit`` claimable keys with their limits' key texts, in turns between keys.
+
+    Rule: each claimable row has a position (the eligible query's order, else key order) and
+    a rank among the rows of its key (of the first keyed limit) by that position; rows are
+    taken by rank, then position: the first waiting row of every key in turn, in the order of
+    those rows, then the second of every key, and so on. Only ``per_key`` rows of a key are
+    looked at, no more of the fair key than its free concurrency slots, and none of a key
+    whose slots of another concurrency limit are all held.
+
+    Locks: none (a plain read: the slot and claim writes decide).
+    """
+    base = statements.eligible_query(eligible, key)
+    order = list(getattr(base, "_order_by_clauses", ())) or [key]  # see statements.is_ordered
+    inner = candidates.narrow(st, key, base.order_by(None), swept=False)
+    texts = [key_column(lim).label(f"dbw_k{n}") for n, lim in enumerate(limits)]
+    inner_sq = inner.add_columns(*texts, sa.func.row_number().over(order_by=order).label("dbw_pos")).subquery()
+    fair = limits_.fair_limit(limits)
+    partition = [inner_sq.c[f"dbw_k{fair}"]] if fair is not None else None
+    rank = sa.func.row_number().over(partition_by=partition, order_by=inner_sq.c.dbw_pos).label("dbw_rank")
+    ranked = sa.select(inner_sq, rank).subquery()
+    slots_t = slots.slots_table(table)
+    # Room left per key: a row of the fair key is looked at only if its rank fits in the slots
+    # not held now; other concurrency limits leave out keys with every slot held.
+    room = [
+        (ranked.c.dbw_rank if kind.limit == fair else sa.literal(1))
+        + _held(slots_t, table, ranked.c[f"dbw_k{kind.limit}"], kind, caps) <= kind.size
+        for kind in limits_.kinds(limits)
+        if kind.per is None
+    ]
+    columns = [ranked.c[key.name], *(ranked.c[f"dbw_k{n}"] for n in range(len(limits)))]
+    return (
+        sa.select(*columns)
+        .where(ranked.c.dbw_rank <= per_key, *room)
+        .order_by(ranked.c.dbw_rank, ranked.c.dbw_pos)
+        .limit(sa.bindparam("dbw_limit", type_=sa.Integer(), literal_execute=True))
+    )
+
+
+def _held(
+    slots_t: sa.Table, work: sa.Table, key_text: Any, kind: limits_.Kind, caps: dialects.Capabilities
+) -> sa.ColumnElement[int]:
+    """How many concurrency slots of ``kind`` for the row's key live leases hold (read, not locked)."""
+    s = slots_t.c
+    return (
+        sa.select(sa.func.count())
+        .where(s.kind == kind.number, s.limit_key == key_text, slots.holding(slots_t, work, caps))
+        .scalar_subquery()
+    )
+
+
+def startable(
+    conn: Connection, *, table: sa.Table, key: sa.Column[Any], eligible: Callable[[], sa.Select[Any]] | None,
+    limits: Sequence[Limit], cap: int,
+) -> int:  # fmt: skip
+    """How many claimable rows more pods could start now, counting at most ``cap``: rows
+    waiting only on a limit are not counted (no key more than its limit's number, none of a
+    key whose concurrency slots are all held, no more than a key=None concurrency limit).
+
+    Locks: none (a plain read in a transaction of its own).
+    """
+    caps = dialects.of(conn)
+    st = statements.prebuilt(table, key, caps)
+    fair = limits_.fair_limit(limits)
+    query = fair_candidates(st, key, table, eligible, limits, caps, per_key=limits_.per_key(limits, fair, cap))
+    with transactions.committed(conn):
+        n = len(conn.execute(query, {"dbw_limit": cap}).all())
+    whole = [lim.concurrency for lim in limits if not lim.keyed and lim.concurrency is not None]
+    return min(n, *whole) if whole else n
+
+
+def claim(
+    conn: Connection,
+    *,
+    table: sa.Table,
+    key: sa.Column[Any],
+    eligible: Callable[[], sa.Select[Any]] | None,
+    limits: Sequence[Limit],
+    limit: int,
+    lease: Any,
+) -> tuple[list[Claim], int]:
+    """Claim up to ``limit`` items within ``limits`` in one transaction, which this commits;
+    return them (in turn order) and how many candidates were seen.
+
+    Locks: the slot rows and work rows written, until the commit (see ``slots.take`` and
+    ``items.claim``). Candidates are read without locks: the conditional writes decide.
+    """
+    caps = dialects.of(conn)
+    st = statements.prebuilt(table, key, caps)
+    fair = limits_.fair_limit(limits)
+    query = fair_candidates(st, key, table, eligible, limits, caps, per_key=limits_.per_key(limits, fair, limit))
+    kinds = limits_.kinds(limits)
+    slots_t = slots.slots_table(table)
+    taken: list[Claim] = []
+    with transactions.committed(conn):
+        slots.take_turn(conn, slots_t)
+        rows = conn.execute(query, {"dbw_limit": max(2 * limit, limit + 8)}).all()
+        full: set[tuple[int, str]] = set()
+        for row in rows:
+            if len(taken) >= limit:
+                break
+            source_id, texts = row[0], [limits_.key_text(t) for t in row[1:]]
+            needed = [(kind, texts[kind.limit]) for kind in kinds]
+            if any((kind.number, text) in full for kind, text in needed):
+                continue
+            got = _take(conn, st, slots_t, table, needed, full, source_id, lease)
+            if got is not None:
+                taken.append(got)
+    return taken, len(rows)
+
+
+def _take(
+    conn: Connection, st: statements.Prebuilt, slots_t: sa.Table, table: sa.Table,
+    needed: list[tuple[limits_.Kind, str]], full: set[tuple[int, str]], source_id: Any, lease: Any,
+) -> Claim | None:  # fmt: skip
+    """The slots, then the claim, of one candidate; None if one failed (a full limit is added
+    to ``full``). Slots won for a claim that was not made (the item was cancelled or reset
+    since the round read it) name a claim that never was: a concurrency slot stays free, a
+    rate slot counts as a start."""
+    token = str(uuid.uuid4())
+    for kind, text in needed:
+        if not _slot(conn, slots_t, table, kind, text, source_id, token, full):
+            return None
+    return items.claim(conn, st, source_id, lease, token=token)
+
+
+def _slot(
+    conn: Connection, slots_t: sa.Table, table: sa.Table, kind: limits_.Kind, text: str, source_id: Any, token: str,
+    full: set[tuple[int, str]],
+) -> bool:  # fmt: skip
+    if slots.take(conn, slots_t, table, kind=kind.number, key=text, size=kind.size, per=kind.per,
+                  source_id=source_id, token=token):  # fmt: skip
+        return True
+    full.add((kind.number, text))
+    return False
