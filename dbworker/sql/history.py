@@ -106,8 +106,13 @@ def record(conn: Connection, table: sa.Table, source_id: Any, *, outcome: str, s
         "error": clip(error),
         "traceback": clip(traceback),
         "claimed_by": None if claimed_by is None else claimed_by[:CLAIMER_LENGTH],
-        "logs": logs if logs is None or len(logs) <= attemptlogs.TOTAL_CHARS else None,
-    })  # fmt: skip
+        "logs": bounded(logs),
+    })
+
+
+def bounded(logs: str | None) -> str | None:
+    """``logs`` as the column keeps it (``attemptlogs.encode`` already bounds it)."""
+    return logs if logs is None or len(logs) <= attemptlogs.TOTAL_CHARS else None  # fmt: skip
 
 
 def recorded(update: sa.Update, table: sa.Table) -> sa.Insert:
@@ -126,8 +131,9 @@ def recorded(update: sa.Update, table: sa.Table) -> sa.Insert:
         dialects.server_now(),
         sa.bindparam("dbw_outcome", type_=h.outcome.type),
         sa.bindparam("dbw_claimer", type_=h.claimed_by.type),
+        sa.bindparam("dbw_logs", type_=h.logs.type),
     )
-    columns = ["source_id", "started_at", "ended_at", "outcome", "claimed_by"]
+    columns = ["source_id", "started_at", "ended_at", "outcome", "claimed_by", "logs"]
     # RETURNING, not the row count: SQLAlchemy keeps an INSERT's row count only when asked.
     return sa.insert(table).from_select(columns, rows).add_cte(done).returning(h.source_id)
 

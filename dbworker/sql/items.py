@@ -153,6 +153,7 @@ class Completer:
         self._history = history.history_table(table)
         self._finish: statements.Precompiled | None = None
         self._step_over: statements.Precompiled | None = None
+        self._plain: tuple[statements.Precompiled, statements.Precompiled] | None = None  # no history row
         self._recorded = False
         self._dialect: Any = None
 
@@ -161,20 +162,23 @@ class Completer:
         current; no commit. Whether it was."""
         if self._finish is None or self._step_over is None or conn.dialect is not self._dialect:
             self.prepare(conn)
-        assert self._finish is not None and self._step_over is not None
+        assert self._finish is not None and self._step_over is not None and self._plain is not None
         values: dict[str, Any] = {"dbw_sid": claim.source_id, "dbw_token": claim.token}
         outcome = status.value  # the history's outcome names match: finished, unfinished
-        if self._recorded:
+        recorded = self._recorded and attempt.table is not None  # history_attempts=0: no row
+        finish, step_over = (self._finish, self._step_over) if recorded else self._plain
+        if recorded:
             claimer = attempt.claimed_by
             values |= {"dbw_started": attempt.started_at, "dbw_outcome": outcome,
-                       "dbw_claimer": None if claimer is None else claimer[:tables.CLAIMER_LENGTH]}  # fmt: skip
+                       "dbw_claimer": None if claimer is None else claimer[:tables.CLAIMER_LENGTH],
+                       "dbw_logs": None if attempt.logs is None else history.bounded(attempt.logs())}  # fmt: skip
         if status is ExecutionStatus.UNFINISHED:
-            result = self._step_over.execute(conn, values)
+            result = step_over.execute(conn, values)
         else:
             values |= {"dbw_status": status.value, "dbw_error": None}
-            result = self._finish.execute(conn, values)
+            result = finish.execute(conn, values)
         current = dialects.inserted(result)  # a row returned (recorded), else the row count
-        if current and not self._recorded:
+        if current and not recorded:
             attempt.record(conn, claim.source_id, outcome)
         return bool(current)
 
@@ -188,8 +192,9 @@ class Completer:
             if self._recorded else (st.complete, st.step_over)
         )  # fmt: skip
         self._finish, self._step_over = statements.Precompiled(finish), statements.Precompiled(step_over)
-        self._finish.prepare(conn.dialect)
-        self._step_over.prepare(conn.dialect)
+        self._plain = (statements.Precompiled(st.complete), statements.Precompiled(st.step_over))
+        for compiled in (self._finish, self._step_over, *self._plain):
+            compiled.prepare(conn.dialect)
 
 
 def unfinish(conn: Connection, table: sa.Table, claim: Claim, *, after: float | None = None) -> bool:
