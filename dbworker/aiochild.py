@@ -254,8 +254,8 @@ async def _serve(config: child.ChildConfig, conn: Any) -> None:
         elif message[0] == messages.CANCEL:
             runner.cancel(message[1])
         else:
-            _, source_id, token = message
-            runner.start(items.Claim(source_id, token), lambda report: send((messages.DONE, report)))
+            _, source_id, token, trace = message  # trace: no handler span here yet (docs/otel.md)
+            runner.start(items.Claim(source_id, token, trace=trace), lambda report: send((messages.DONE, report)))
 
     def read() -> None:
         while True:

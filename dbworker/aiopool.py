@@ -125,7 +125,7 @@ class AsyncPool:
             conn = proc.conn
         assert conn is not None
         try:
-            conn.send(messages.run(claim.source_id, claim.token))
+            conn.send(messages.run(claim.source_id, claim.token, claim.trace))
         except OSError:
             pass  # it died just now; wait() reports the death with this claim
 

@@ -22,7 +22,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import SingletonThreadPool, StaticPool
 
-from dbworker import attemptlogs, logs, messages, progress, redact
+from dbworker import attemptlogs, logs, messages, progress, redact, tracing
 from dbworker.contract import (
     AsyncHandler,
     ExecutionStatus,
@@ -63,6 +63,7 @@ class ChildConfig:
     timeout: float | None = None
     history_logs: bool = True  # keep each attempt's log records with its history row
     history: bool = True  # record attempts at all (Coordinator(history_attempts=0): no)
+    tracing: bool = False  # the coordinator traces: handler processes do too (``dbworker.tracing``)
 
 
 class CommittedBehindOurBack(RuntimeError):
@@ -131,6 +132,7 @@ class Runner:
         # by the engine's statement events and failing the item (see CommittedBehindOurBack).
         self._ends = transactions.EndWatch()
         self._ends.attach(self.engine)
+        self._tracer = tracing.tracer() if config.tracing else None
 
     def warm_up(self) -> None:
         """Connect, configure the mappers and compile the hot statements before the first item.
@@ -147,6 +149,27 @@ class Runner:
             pass
 
     def run(self, claim: items.Claim) -> Report:
+        """Run ``claim``'s handler and commit its outcome; in a span of its own when tracing
+        (the child of the coordinator's span of the claim), current while the handler runs."""
+        if self._tracer is None:
+            return self._run(claim)
+        attrs = tracing.item_attributes(self.config.worker, tables.source_key(self.config.source).table.name,
+                                        claim.source_id,
+                                        operation="process", pod=self.claimed_by)  # fmt: skip
+        with self._tracer.start_as_current_span(
+            f"process {self.config.worker}", context=tracing.parent_context(claim.trace),
+            kind=tracing.consumer(), attributes=attrs,
+            record_exception=False, set_status_on_exception=False,
+        ) as span:  # fmt: skip
+            report = self._run(claim)
+            if self._last_exc is not None:
+                span.record_exception(self._last_exc)
+            if report.outcome == messages.RETRIED:
+                span.add_event(tracing.RETRIED, {"dbworker.after_seconds": report.after or 0.0})
+            tracing.set_outcome(span, report.outcome.value, report.summary or report.error)
+            return report
+
+    def _run(self, claim: items.Claim) -> Report:
         start = time.perf_counter()
         self._last_exc: BaseException | None = None
         self._traceback: str | None = None
@@ -341,6 +364,8 @@ def prepare_process(config: ChildConfig) -> None:
     except OSError:
         pass
     threading.Thread(target=_watch_parent, args=(config.parent_pid,), daemon=True).start()
+    if config.tracing:  # the coordinator traces: so do we, exporting as the OTEL_* environment says
+        tracing.tracer(env={**os.environ, "OTEL_TRACES_EXPORTER": os.environ.get("OTEL_TRACES_EXPORTER") or "otlp"})
     if config.log is not None:
         level, fmt, secrets = config.log
         logs.setup(level=level, fmt=fmt, secrets=secrets + redact.url_secrets(config.database_url), worker=config.worker)
@@ -365,7 +390,7 @@ class Inbox:
         self._conn = conn
         self._send_lock = threading.Lock()  # the main thread and the reader both answer
         self._cond = threading.Condition()
-        self._items: collections.deque[tuple[Any, str]] = collections.deque()
+        self._items: collections.deque[tuple[Any, str, str | None]] = collections.deque()
         self._closed = False
 
     def send(self, message: tuple[Any, ...]) -> None:
@@ -393,12 +418,12 @@ class Inbox:
                 if waiting:
                     self.send((messages.SKIPPED, token))
                 continue
-            _, source_id, token = message
+            _, source_id, token, trace = message
             with self._cond:
-                self._items.append((source_id, token))
+                self._items.append((source_id, token, trace))
                 self._cond.notify()
 
-    def next(self) -> tuple[Any, str] | None:
+    def next(self) -> tuple[Any, str, str | None] | None:
         """The next item to run, or None once the coordinator said stop (or went away)."""
         with self._cond:
             while not self._items and not self._closed:
@@ -416,8 +441,9 @@ def main(config: ChildConfig, conn: Any) -> None:
     threading.Thread(target=inbox.read, name="dbworker-inbox", daemon=True).start()
     try:
         while (item := inbox.next()) is not None:
-            source_id, token = item
-            report = runner.run(items.Claim(source_id, token))
+            source_id, token, trace = item
+            report = runner.run(items.Claim(source_id, token, trace=trace))
             inbox.send((messages.DONE, report))
     finally:
         runner.close()
+        tracing.flush()  # before the process ends: its spans reach the exporter

@@ -21,13 +21,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from dbworker import backlog, redact, running, settings, startup
+from dbworker import backlog, redact, running, settings, startup, tracing
 from dbworker import workers as checks
 from dbworker.contract import Eligible, ExecutionStatus
 from dbworker.observe import Observer, Observers
 from dbworker.retries import Retry
 from dbworker.schedules import policy, ticks
-from dbworker.sql import dialects, history, pauses, poolers, status, sweeps, tables, upgrade
+from dbworker.sql import dialects, history, pauses, poolers, status, sweeps, tables, traces, upgrade
 from dbworker.sql.dialects import connect
 from dbworker.sql.due import Due, column_of
 from dbworker.workers import RegisteredWorker, WorkerViews
@@ -259,6 +259,7 @@ class Coordinator:
         timeout = checks.check_timeout(timeout)
         table = tables.work_table(name, source)
         history.history_table(table)  # beside it in the MetaData, so create_all() makes both
+        traces.side_table(key.table)  # the writers' trace contexts (dbworker.otel), the same
 
         def register(handler: F) -> F:
             checks.check_handler(name, handler)
@@ -345,7 +346,8 @@ class Coordinator:
         """
         scheduled = [ticks.TABLE] if any(w.schedule for w in self._registry.values()) else []
         work = [w.table for w in self._registry.values()]
-        own = [*scheduled, *work, *map(history.history_table, work), pauses.TABLE, sweeps.TABLE]
+        own = [*scheduled, *work, *map(history.history_table, work), pauses.TABLE, sweeps.TABLE,
+               *{id(t): traces.side_table(t) for t in self._sources()}.values()]
         changes = upgrade.ensure(self.engine, own)
         return changes + upgrade.wakeup_triggers(self.engine, self._sources(), install=wakeup_triggers)
 
@@ -429,6 +431,7 @@ class Coordinator:
     def _finish(self, run: running.Running) -> None:
         run.finish()
         _live.discard(self)
+        tracing.flush()  # the items' spans reach the exporter before the pod goes
 
     # --- helpers -------------------------------------------------------------------------
     def _get(self, name: str) -> RegisteredWorker:

@@ -18,7 +18,7 @@ import sys
 from datetime import UTC, datetime
 from typing import TextIO
 
-from dbworker import redact
+from dbworker import redact, tracing
 
 FORMATS = ("text", "json")
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -83,6 +83,9 @@ class _Json(_Redacting):
         for key in ("worker", "outcome"):
             if hasattr(record, key):
                 entry[key] = redact.redact(str(getattr(record, key)), secrets)
+        ids = getattr(record, "otel_ids", None)
+        if ids is not None:
+            entry["trace_id"], entry["span_id"] = ids
         return json.dumps(entry, default=str)
 
 
@@ -96,6 +99,16 @@ class _Tag(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "worker"):
             record.worker = self._worker
+        return True
+
+
+class _TraceIds(logging.Filter):
+    """Marks each record with the ids of the span current where it was logged (tracing on):
+    a filter, since the handler may format it on another thread."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "otel_ids"):
+            record.otel_ids = tracing.current_ids()
         return True
 
 
@@ -156,6 +169,8 @@ def setup(
     handler._dbworker_setup = True  # type: ignore[attr-defined]
     if worker is not None:
         handler.addFilter(_Tag(worker))
+    if fmt == "json" and tracing.available():
+        handler.addFilter(_TraceIds())
     logger.addHandler(handler)
     logger.setLevel(level)
     # The command owns stderr: records must not also reach a root handler set by the app.

@@ -18,9 +18,10 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from dbworker import child
+from dbworker import child, tracing
 from dbworker.aiopool import AsyncPool
 from dbworker.backoff import Backoff
+from dbworker.engine import spans as item_spans
 from dbworker.engine.context import Context
 from dbworker.engine.fetch import Fetcher
 from dbworker.engine.picker import Picker
@@ -97,7 +98,8 @@ class WorkerLoop:
         self.worker = worker
         self.engine = engine
         self._ctx = Context(worker, engine, settings, observer, secrets,
-                            hint or poolers.Hint(transaction_pooler=False))  # fmt: skip
+                            hint or poolers.Hint(transaction_pooler=False),
+                            spans=item_spans.for_worker(worker, engine))  # fmt: skip
         self._waker = Waker()
         self._stopping = threading.Event()
         self.claims_stopped = threading.Event()  # set once the loop saw the stop: no claim runs
@@ -106,14 +108,14 @@ class WorkerLoop:
         # back are named there, so they are claimed by key.
         postgres = engine.dialect.name == "postgresql"
         sweep = Sweep(
-            keys_as_text=postgres, max_poll_seconds=settings.max_poll_seconds,
+            keys_as_text=postgres, max_poll_seconds=settings.max_poll_seconds, lease_seconds=settings.lease_seconds,
             parse_key=None if postgres else functools.partial(tables.key_from_text, column=worker.key),
             fed=fed, shares_source=shares_source,
         )  # fmt: skip
         self.picker = Picker(sweep, lookup_every=min(LOOKUP_SECONDS, settings.max_poll_seconds))
         self.runner = Runner(worker, child_config, observer=observer, stopping=self._stopping)
         self.pool: Pool | AsyncPool = self.runner.pool
-        self.fetcher = Fetcher(self._ctx, self.picker, hand_out=self.runner.enqueue, claim_soon=self._request_claim)
+        self.fetcher = Fetcher(self._ctx, self.picker, hand_out=self.runner.enqueue)
         self.recorder = Recorder(self._ctx, self.picker, self.runner, on_item_done=on_item_done,
                                  stopping=self._stopping)  # fmt: skip
         self.pruner = Pruner(self._ctx)
@@ -163,7 +165,17 @@ class WorkerLoop:
         """These claims are no longer ours (cancelled, or taken over): end their handlers now
         (any thread). Their writes roll back with the process; nothing is recorded for them.
         """
-        if self.runner.claims_lost({c.token for c in lost}):
+        spans = self._ctx.spans
+        if spans is not None:
+            for c in lost:
+                spans.event(c.token, tracing.LEASE_LOST)
+        ended = self.runner.claims_lost({c.token for c in lost})
+        if spans is not None:  # dropped from the queue, never handed over: their spans end here
+            held = {c.token for c in self.runner.held_claims()}
+            for c in lost:
+                if c.token not in held:
+                    spans.end(c.token, "lost", "the claim is no longer ours (cancelled or taken over)")
+        if ended:
             self._waker.wake()
 
     # --- the loop ------------------------------------------------------------------------
@@ -180,6 +192,8 @@ class WorkerLoop:
                 self.pool.shutdown()
             finally:
                 self._waker.close()
+                if self._ctx.spans is not None:
+                    self._ctx.spans.end_all("aborted")
                 self._ctx.observer.loop_ended(name)
 
     def _loop(self) -> None:
@@ -211,7 +225,7 @@ class WorkerLoop:
                     timeout = min(timeout, soon)
             if not stopping:
                 if picker.lookup_due(now):
-                    self._look_up()
+                    self._look_up(now)
                 self.pruner.maybe(now)
                 timeout = min(timeout, max(0.0, picker.lookup_at - now))
             due = picker.take_due(now)
@@ -270,12 +284,14 @@ class WorkerLoop:
                     self._ctx.db_error("claim", exc)
                     last_trip = time.monotonic() - settings.max_poll_seconds + errors.next()
 
-    def _look_up(self) -> None:
-        """The periodic lookup (``Fetcher.look_up``): wait for the waiting items it found;
-        on a pause, stop claiming; on resuming, claim at once."""
-        found = self.fetcher.look_up()
+    def _look_up(self, now: float) -> None:
+        """The periodic lookup (``Fetcher.look_up``): wait for the waiting items it found,
+        claim the expired ones at once; on a pause, stop claiming; on resuming, claim at once."""
+        found = self.fetcher.look_up(now)
         if found is None:
             return  # an error keeps the last state (the lookup is tried again in a second)
+        if found.expired:
+            self._claim_now = True
         paused = self.picker.looked_up(found)
         if paused is None:
             return

@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-# Parent to child: ("run", source_id, token), ("cancel", token), and STOP to exit.
+# Parent to child: ("run", source_id, token, traceparent), ("cancel", token), and STOP to exit.
 RUN = "run"
 CANCEL = "cancel"
 STOP = None
@@ -86,8 +86,9 @@ class Report:
     after: float | None = None  # unfinished or retried: seconds before it is claimable again
 
 
-def run(source_id: Any, token: str) -> tuple[str, Any, str]:
-    return (RUN, source_id, token)
+def run(source_id: Any, token: str, trace: str | None = None) -> tuple[str, Any, str, str | None]:
+    """``trace``: the traceparent of the coordinator's span of the claim (tracing on)."""
+    return (RUN, source_id, token, trace)
 
 
 def cancel(token: str) -> tuple[str, str]:

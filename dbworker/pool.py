@@ -56,6 +56,19 @@ class Slot:
     respawn_at: float = 0.0
 
 
+def skip_of(claim: Claim | None, pending: Claim | None, token: str) -> tuple[Claim | None, Claim | None, Claim | None]:
+    """What a process's "skipped" for ``token`` leaves of a slot's ``claim`` (runs, or starts
+    next) and ``pending`` (handed over behind it): (the skipped claim, claim, pending).
+
+    The skip is for the pending item; or, when the result of the item ahead of it came first
+    (the pending one then became ``claim``, though it never started), for ``claim``: an item
+    handed over behind that one since is what the process runs next.
+    """
+    if pending is not None and pending.token == token:
+        return pending, claim, None
+    return claim, pending, None
+
+
 @dataclass(frozen=True)
 class Done:
     claim: Claim
@@ -178,7 +191,7 @@ class Pool:
             conn = slot.conn
         assert conn is not None
         try:
-            conn.send(messages.run(claim.source_id, claim.token))
+            conn.send(messages.run(claim.source_id, claim.token, claim.trace))
         except OSError:
             pass  # it died just now; wait() reports the death with this claim
 
@@ -273,12 +286,11 @@ class Pool:
             self._respawn[slot.index].reset()
             return []
         if message[0] == messages.SKIPPED:  # maybe before the result of the item ahead of it
-            skipped: Claim | None
             with self._lock:
-                if slot.pending is not None and slot.pending.token == message[1]:
-                    skipped, slot.pending = slot.pending, None
-                else:
-                    skipped, slot.claim = slot.claim, None
+                skipped, claim, slot.pending = skip_of(slot.claim, slot.pending, message[1])
+                if claim is not slot.claim:
+                    slot.claim, slot.since = claim, time.monotonic()
+                if claim is None:
                     slot.state = State.IDLE
             assert skipped is not None and skipped.token == message[1]
             return [Skipped(skipped)]

@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
-from dbworker import logs, redact
+from dbworker import logs, redact, tracing
 from dbworker.child import ChildConfig
 from dbworker.sql import dialects, history, pauses, poolers, upgrade
 from dbworker.workers import RegisteredWorker
@@ -63,6 +63,7 @@ def child_config(
         timeout=worker.timeout if worker.asynchronous else None,  # a sync handler's process is killed instead
         history_logs=history_logs,
         history=history,
+        tracing=tracing.tracer() is not None,
     )
     try:
         pickle.dumps(config)

@@ -36,20 +36,23 @@ class Sweep:
 
     ``keys_as_text``: rows are named by their keys' text form (PostgreSQL, where claims
     take rows by that form and notifications carry it), else by their values.
-    ``max_poll_seconds``: the longest a wrap, or a look for expired claims, waits.
+    ``max_poll_seconds``: the longest a wrap, or a look for expired claims, waits;
+    ``lease_seconds``: expired claims are looked for at least every third of it.
     ``shares_source``: another registered worker claims rows of the same source table, so
     a round may skip rows that worker's claim holds for a moment (see ``saw``).
     """
 
-    def __init__(self, *, keys_as_text: bool, max_poll_seconds: float,
+    def __init__(self, *, keys_as_text: bool, max_poll_seconds: float, lease_seconds: float | None = None,
                  parse_key: Callable[[str], Any] | None = None, fed: bool = False,
                  shares_source: bool = False) -> None:  # fmt: skip
         self.keys_as_text = keys_as_text
         self.fed = fed  # the source has the wake-up triggers (see FED_WRAP_SPACING)
         self.shares_source = shares_source
-        # The last sweep round skipped rows another transaction had locked (SKIP LOCKED):
-        # they are claimable once it commits, so the engine claims again soon.
-        self.skipped_locked = False
+        # The last sweep round (``_swept_locked``), or the last claim's round by key
+        # (``_named_locked``), skipped rows another transaction had locked (SKIP LOCKED):
+        # they are claimable once it ends, so the engine claims again soon (skipped_locked).
+        self._swept_locked = False
+        self._named_locked = False
         self._fleet_wrap = False  # this loop won the fleet's wrap (sql.sweeps): record it
         # Elsewhere, a wake-up's key texts (the change table's) as claims take keys; None
         # for a text it cannot read (that wake-up names no row).
@@ -63,8 +66,12 @@ class Sweep:
         self._spacing = 0.0
         self._started = False  # a first claim was made (or asked the fleet)
         # Between wraps, expired claims (a dead process's items) are looked up through the
-        # lease index every max_poll_seconds and claimed by key: wraps may be far apart.
+        # lease index and claimed by key: wraps may be far apart. Every third of a lease (its
+        # holder renews it that often, so a dead one's expires within a lease), at most
+        # max_poll_seconds apart: an item is taken over within about 4/3 of a lease of its
+        # holder's death, however long the polls.
         self._expired_at = 0.0
+        self._expired_every = max_poll_seconds if lease_seconds is None else min(max_poll_seconds, lease_seconds / 3)
         # Rows to claim by key: named by wake-ups, or our own items claimable again.
         self._named: set[Any] = set()
         self._many = False  # ... more than notify.MAX_NAMED_ROWS of them: sweep instead
@@ -193,6 +200,7 @@ class Sweep:
         Rows past the cursor are left to the sweep (the usual insert of a new, higher key
         costs nothing extra). Too many named at once make this claim sweep from the start.
         """
+        self._named_locked = False
         with self._lock:
             keys, many, again, unnamed = sorted(self._named), self._many, self._again, self._unnamed
             self._named, self._many, self._again, self._unnamed = set(), False, set(), False
@@ -226,6 +234,31 @@ class Sweep:
             if key not in got:
                 self.name(key, again=True)  # take_named has told them from handlers' own writes
 
+    def needs_named_claimable(self, named: Sequence[Any], taken: Sequence[Any], limit: int) -> bool:
+        """Whether a round by key of ``named`` rows that took ``taken`` (source ids) under
+        ``limit`` needs the read without locks of the named rows it left: a row another
+        transaction held (SKIP LOCKED; a lock released without a write sends no wake-up)
+        looks just like one not claimable. A full round left them for ``left_by_full_round``."""
+        return len(taken) < min(limit, len(named))
+
+    def left_locked(self, claimable: Iterable[Any]) -> None:
+        """What ``needs_named_claimable`` had read: rows named by the last round by key that
+        it did not take and that are claimable (values, as a read returns them). It skipped
+        them because another transaction held them: named again, and the engine claims again
+        soon (``skipped_locked``) until the holder ends. Dropped, a row behind the cursor
+        would wait for the next wrap."""
+        rows = [notify.key_text(v) for v in claimable] if self.keys_as_text else list(claimable)
+        for key in rows:
+            if key is not None:
+                self.name(key, again=True)  # take_named has told them from handlers' own writes
+                self._named_locked = True
+
+    @property
+    def skipped_locked(self) -> bool:
+        """The last claim skipped claimable rows another transaction had locked (SKIP
+        LOCKED), in its sweep round or its round by key: claim again soon."""
+        return self._swept_locked or self._named_locked
+
     def wrapped(self, *, started: float, now: float) -> None:
         """A round from the first row ran from ``started`` to ``now``: space the next wrap."""
         took = now - started
@@ -234,7 +267,7 @@ class Sweep:
         self._started = True
         self._spacing = max((FED_WRAP_SPACING if self.fed else WRAP_SPACING) * took, self.least_spacing)
         self._wrap_at = now + self._spacing
-        self._expired_at = now + self._max_poll  # this wrap saw them
+        self._expired_at = now + self._expired_every  # this wrap saw them
 
     def advance(self, last_key: Any, *, inclusive: bool = False) -> bool:
         """A sweep round saw keys up to ``last_key`` (None: none); the next starts after it
@@ -276,9 +309,10 @@ class Sweep:
         return False
 
     def expired_due(self, now: float) -> bool:
-        """Whether to look up expired claims now (between wraps, every max_poll_seconds)."""
+        """Whether to look up expired claims now (between wraps, every third of a lease, at
+        most max_poll_seconds apart)."""
         if self.cursor is not None and now >= self._expired_at:
-            self._expired_at = now + self._max_poll
+            self._expired_at = now + self._expired_every
             return True
         return False
 
@@ -330,11 +364,11 @@ class Sweep:
         past the cursor, and no row was only skipped (``lowest`` as ``needs_lowest`` read)."""
         return rnd.swept and rnd.last_key is None and (rnd.inclusive or lowest is None)
 
-    def saw(self, start: Position, rnd: Round, *, lowest: Any = None, top: Any = None) -> None:
+    def saw(self, start: Position, rnd: Round, *, lowest: Any = None, top: Any = None, full: bool = False) -> None:
         """Move the cursor after a sweep round that started at ``start``.
 
         ``lowest`` and ``top``: what ``needs_lowest``/``needs_top`` asked the engine to read
-        (None otherwise). Rules:
+        (None otherwise); ``full``: the round took as many rows as it could. Rules:
         - rows seen: the next round starts after the last (``inclusive``: at it);
         - nothing claimable past the cursor: the cursor moves to the source's top key, so
           finished rows there are not walked by every poll until the next wrap;
@@ -342,22 +376,26 @@ class Sweep:
           (another worker's claim, an application's update): the cursor stays and the
           next claim finds it;
         - rows taken, but one below them skipped, locked by another worker's claim on the
-          same source: the next round starts where this one did.
+          same source: the next round starts where this one did;
+        - an ordered query's round with room left that did not take its lowest claimable
+          key (found without locks) skipped it, locked: the cursor stays at that key.
         ``skipped_locked`` says whether rows were skipped that way.
         """
-        self.skipped_locked = False
+        self._swept_locked = False
         if not rnd.swept:
             return
         if rnd.last_key is None:
             if not rnd.inclusive and lowest is not None:
-                self.skipped_locked = True  # the cursor stays where the round started
+                self._swept_locked = True  # the cursor stays where the round started
             else:
                 self.at_top(top)
             return
         self.advance(rnd.last_key, inclusive=rnd.inclusive)
+        if rnd.inclusive and not full and all(c.source_id != rnd.last_key for c in rnd.taken):
+            self._swept_locked = True
         if self.shares_source and not rnd.inclusive and lowest is not None and lowest < rnd.last_key:
             self.restart_at(start.cursor, inclusive=start.inclusive)
-            self.skipped_locked = True
+            self._swept_locked = True
 
     def take_fleet_wrap(self) -> bool:
         """Whether the wrap just run was the one this loop won from the fleet (asked once)."""

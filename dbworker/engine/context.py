@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.engine import Engine
 
 from dbworker import redact
+from dbworker.engine.spans import ItemSpans
 from dbworker.observe import Observer
 from dbworker.settings import Settings
 from dbworker.sql import poolers
@@ -30,6 +31,7 @@ class Context:
     hint: poolers.Hint = field(default_factory=lambda: poolers.Hint(transaction_pooler=False))
     # Application errors told once (until a claim works again): "eligible".
     told: set[str] = field(default_factory=set, compare=False, repr=False)
+    spans: ItemSpans | None = field(default=None, compare=False, repr=False)  # tracing on
 
     def db_error(self, operation: str, exc: BaseException) -> None:
         """A database error during ``operation`` ("claim", "complete"): the engine goes on.

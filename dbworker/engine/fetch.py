@@ -26,15 +26,15 @@ log = logging.getLogger("dbworker")
 
 class Fetcher:
     """Claims for one worker. ``hand_out``: claimed items go to the runner (named rows before
-    the sweep's round trip); ``claim_soon``: have the loop claim again at once."""
+    the sweep's round trip)."""
 
-    def __init__(self, ctx: Context, picker: Picker, *, hand_out: Callable[[list[claims.Claim]], None],
-                 claim_soon: Callable[[], None]) -> None:  # fmt: skip
+    def __init__(self, ctx: Context, picker: Picker, *, hand_out: Callable[[list[claims.Claim]], None]) -> None:
         self._ctx = ctx
         self._picker = picker
         self._sweep = picker.sweep
-        self._hand_out = hand_out
-        self._claim_soon = claim_soon
+        spans = ctx.spans
+        # Tracing on: each claimed item gets its span (a child of its writer's) as it is handed out.
+        self._hand_out = hand_out if spans is None else (lambda taken: hand_out(spans.start(taken)))
 
     def claim(self, limit: int) -> list[claims.Claim]:
         """Claim up to ``limit`` items (handed out as they come); raises on a database error."""
@@ -51,8 +51,12 @@ class Fetcher:
                     # Rows named (by wake-ups, or our own items claimable again) behind the
                     # sweep: claimed by key, and handed out before the sweep's own round trip.
                     taken += self._round(conn, limit, plan.named).taken
+                    got = [c.source_id for c in taken]
                     if len(taken) >= limit:
-                        sweep.left_by_full_round(plan.named, [c.source_id for c in taken])
+                        sweep.left_by_full_round(plan.named, got)
+                    elif sweep.needs_named_claimable(plan.named, got, limit):
+                        sweep.left_locked(claims.named_claimable(conn, table=w.table, key=w.key, eligible=w.eligible,
+                                                                 keys=plan.named))  # fmt: skip
                     self._hand_out(taken)
                 if len(taken) < limit:
                     taken += self._sweep_round(conn, limit - len(taken))
@@ -64,14 +68,6 @@ class Fetcher:
             except Exception:
                 self._picker.put_back(plan)  # claimed by key once the database is back
                 raise
-            if sweep.expired_due(now):
-                # After the rounds, so no item waits for this lookup: what it finds is
-                # claimed by key at once, in the next claim (or when due).
-                expired = claims.expired(conn, w.table, notify.MAX_NAMED_ROWS)
-                for source_id in expired:
-                    self._picker.claimable_again(source_id)
-                if expired:
-                    self._claim_soon()
         seconds = time.perf_counter() - start
         taken_over = [c for c in taken if c.taken_over]
         for c in taken_over:
@@ -121,7 +117,7 @@ class Fetcher:
         if sweep.needs_lowest(rnd):  # a read without locks (see Sweep.needs_lowest)
             lowest = claims.first_claimable(conn, table=w.table, key=w.key, eligible=w.eligible, after=start.cursor)
         top = claims.top_key(conn, w.key) if sweep.needs_top(rnd, lowest) else None
-        sweep.saw(start, rnd, lowest=lowest, top=top)
+        sweep.saw(start, rnd, lowest=lowest, top=top, full=len(rnd.taken) >= limit)
         if wrap and sweep.take_fleet_wrap():
             self._record_wrap(conn, rnd, full=len(rnd.taken) >= limit)
         self._hand_out(rnd.taken)
@@ -161,9 +157,10 @@ class Fetcher:
             sweep.wrapped(started=start, now=time.monotonic())
         return rnd
 
-    def look_up(self) -> Lookup | None:
+    def look_up(self, now: float) -> Lookup | None:
         """Read whether the worker is paused, the soonest waiting items through the not_before
-        index, and with a due column the soonest due source rows through its index. One
+        index, with a due column the soonest due source rows through its index, and when the
+        sweep asks (``expired_due``) the expired claims through the lease index. One
         read-only connection (``dialects.connect_reads``); None on an error (reported; the
         picker keeps its last state and the lookup is tried again).
         """
@@ -176,10 +173,13 @@ class Fetcher:
                 waiting = attempts.due(conn, w.table, notify.MAX_NAMED_ROWS, overdue=window)
                 if w.due is not None:
                     waiting += attempts.source_due(conn, w.table, w.due, notify.MAX_NAMED_ROWS, within=window)
+                # Here, not in a claim: an idle loop claims only every poll (up to
+                # max_poll_seconds), and a dead process's items must not wait for that.
+                expired = claims.expired(conn, w.table, notify.MAX_NAMED_ROWS) if self._sweep.expired_due(now) else []
         except Exception as exc:  # noqa: BLE001 - the loop outlives every database error
             self._ctx.db_error("claim", exc)
             return None
-        return Lookup(paused, waiting)
+        return Lookup(paused, waiting, expired)
 
     def ping(self) -> None:
         """One round trip to the database (a heartbeat while no claim is due); raises."""

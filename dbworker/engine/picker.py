@@ -8,7 +8,7 @@ of the pause) is handed in; ``plan`` says what the next claim does.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dbworker.engine.waiting import WaitingItems
@@ -28,10 +28,12 @@ class Plan:
 
 @dataclass(frozen=True)
 class Lookup:
-    """What the periodic lookup read: the pause, and waiting items (key, seconds until due)."""
+    """What the periodic lookup read: the pause, waiting items (key, seconds until due) and
+    items whose claims expired (their processes died)."""
 
     paused: bool
     waiting: list[tuple[Any, float]]
+    expired: list[Any] = field(default_factory=list)
 
 
 class Picker:
@@ -89,10 +91,13 @@ class Picker:
         return 2 * self._lookup_every
 
     def looked_up(self, found: Lookup) -> bool | None:
-        """What the lookup read: wait for each waiting item; the new pause state when it
-        changed (None: unchanged)."""
+        """What the lookup read: wait for each waiting item, name each expired one for the
+        next claim (which the loop makes at once); the new pause state when it changed
+        (None: unchanged)."""
         for source_id, seconds in found.waiting:
             self.wait_until(source_id, seconds)
+        for source_id in found.expired:
+            self.claimable_again(source_id)
         if found.paused == self.paused:
             return None
         self.paused = found.paused

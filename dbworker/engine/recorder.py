@@ -9,14 +9,15 @@ claimed when due, and tell other loops (and pods) that an item ended.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from dbworker import messages
+from dbworker import messages, tracing
 from dbworker.aiopool import Health
 from dbworker.engine.context import Context
 from dbworker.engine.picker import Picker
@@ -48,19 +49,39 @@ class Recorder:
                                            in_flight=ev.in_flight)  # fmt: skip
             return False
         if isinstance(ev, Done):
-            self._done(ev)
+            report = ev.report
+            with self._ending(ev.claim, Outcome(report.outcome).value, report.summary or report.error):
+                self._done(ev)
             return True
         if isinstance(ev, Skipped):
             if self._runner.skipped(ev.claim):
-                pass  # cancelled or taken over while handed over: not ours to run or give back
+                # cancelled or taken over while handed over: not ours to run or give back
+                self._end_span(ev.claim, messages.LOST.value, event=tracing.CANCELLED)
             elif self._stopping.is_set():
                 self.give_back(ev.claim)
             else:  # taken back from behind a long item: still ours, next in line
+                if self._ctx.spans is not None:
+                    self._ctx.spans.event(ev.claim.token, tracing.RECALLED)
                 self._runner.put_first(ev.claim)
             self._active()
             return True
         self._died(ev)
         return False
+
+    @contextlib.contextmanager
+    def _ending(self, claim: items.Claim, outcome: str, error: str | None = None, *,
+                event: str | None = None) -> Iterator[None]:  # fmt: skip
+        """Tracing on: end ``claim``'s span with ``outcome``, current while recording it."""
+        if self._ctx.spans is None:
+            yield
+            return
+        with self._ctx.spans.ending(claim.token, outcome, error, event=event):
+            yield
+
+    def _end_span(self, claim: items.Claim, outcome: str, error: str | None = None, *,
+                  event: str | None = None) -> None:  # fmt: skip
+        with self._ending(claim, outcome, error, event=event):
+            pass
 
     def _done(self, ev: Done) -> None:
         name, sid = self._ctx.worker.name, ev.claim.source_id
@@ -108,17 +129,24 @@ class Recorder:
         if ev.ended is Outcome.ABORTED:
             # Ended by a stop deadline: given back without counting, so a deploy never uses
             # up an item's attempts.
-            self.give_back(ev.claim)
+            with self._ending(ev.claim, messages.ABORTED.value, event=tracing.GIVEN_BACK):
+                self.give_back(ev.claim)
             self._ctx.observer.executed(name, outcome=messages.ABORTED, seconds=None)
         elif ev.ended is Outcome.LOST:
             # Cancelled or taken over: the record is someone else's now; the writes rolled back.
+            self._end_span(ev.claim, messages.LOST.value, "the claim is no longer ours (cancelled or taken over)",
+                           event=tracing.CANCELLED)  # fmt: skip
             self._ctx.observer.executed(name, outcome=messages.LOST, seconds=None)
         else:
             if ev.ended is Outcome.TIMED_OUT:
                 error, final = f"handler timed out after {self._ctx.worker.timeout:g} s", Outcome.TIMED_OUT
             else:
                 error, final = f"handler process died: {describe_exit(ev.exitcode)}", Outcome.CRASHED
+            spans = self._ctx.spans
+            if spans is not None and final is Outcome.TIMED_OUT:
+                spans.event(ev.claim.token, tracing.TIMED_OUT)
             outcome = self._attempt_failed(ev.claim, error, final, since=ev.since)
+            self._end_span(ev.claim, outcome.value, error)
             self._ctx.observer.executed(name, outcome=outcome, seconds=None)
         self._active()
 
@@ -157,6 +185,7 @@ class Recorder:
         w = self._ctx.worker
         released = []
         for claim in given:
+            self._end_span(claim, messages.ABORTED.value, event=tracing.GIVEN_BACK)
             self._picker.claimable_again(claim.source_id)
             try:
                 with connect(self._ctx.engine) as conn:

@@ -14,7 +14,7 @@ import time
 from importlib import metadata
 
 import dbworker
-from dbworker.pod import app, health, httpserver, metrics, termination
+from dbworker.pod import app, health, httpserver, metrics, otelmetrics, termination
 from dbworker.pod import options as opts
 from dbworker.pod import shutdown as shutdowns
 
@@ -38,6 +38,7 @@ def command(
     worker_metrics = metrics.WorkerMetrics(registry, version=_version())
     async_processes = {w.name: w.process_count for w in coordinator.registrations() if w.name in workers and w.asynchronous}
     worker_metrics.touch(workers, slots=slots, processes=async_processes)
+    otel_shutdown = otelmetrics.start(registry)  # the same series over OTLP, when OTEL_* asks
     tracker = health.HealthTracker(coordinator.dead_threads)
     coordinator.add_observer(worker_metrics)
     coordinator.add_observer(tracker)
@@ -104,6 +105,8 @@ def command(
             sampler.stop()
         if server is not None:
             server.close()
+        if otel_shutdown is not None:
+            otel_shutdown()
     if shutdown.error is not None:
         return termination.EXIT_UNEXPECTED
     log.info("stopped")

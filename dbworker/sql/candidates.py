@@ -148,18 +148,21 @@ def first_candidate(
 
 
 def named_candidates(
-    st: Blocking, key: sa.Column[Any], query: sa.Select[Any], caps: dialects.Capabilities, keys: Sequence[Any]
+    st: Blocking, key: sa.Column[Any], query: sa.Select[Any], caps: dialects.Capabilities, keys: Sequence[Any],
+    *, locked: bool = True,
 ) -> sa.Select[Any]:
     """Up to ``dbw_limit`` claimable keys of ``query`` among ``keys``, in its order or else key order.
 
     Where keys are named as text (``caps.keys_as_text``) they are bound as ``dbw_keys``;
     elsewhere ``keys`` are the key values, rendered as an IN list.
 
-    Locks: as ``eligible_candidates``.
+    Locks: as ``eligible_candidates``; none with ``locked=False`` (a plain read: which named
+    rows a round skipped because another transaction held them).
     """
     named = named_by_text(key) if caps.keys_as_text else key.in_(list(keys))
     narrowed = narrow(st, key, query, swept=False).where(named).limit(limit())
-    return lock(caps, key, narrowed if is_ordered(query) else narrowed.order_by(key))
+    ordered = narrowed if is_ordered(query) else narrowed.order_by(key)
+    return lock(caps, key, ordered) if locked else ordered
 
 
 def narrow(st: Blocking, key: sa.Column[Any], query: sa.Select[Any], *, swept: bool) -> sa.Select[Any]:

@@ -20,7 +20,7 @@ from dbworker.sql import dialects, items, statements, transactions
 from dbworker.sql.items import Claim
 from dbworker.sql.states import UNFINISHED, WORKING
 
-__all__ = ["Claim", "Round", "claim", "expired", "first_claimable", "ready_unfinished", "take", "top_key"]
+__all__ = ["Claim", "Round", "claim", "expired", "first_claimable", "named_claimable", "ready_unfinished", "take", "top_key"]
 
 
 @dataclass(frozen=True)
@@ -242,6 +242,27 @@ def first_claimable(
     st = statements.prebuilt(table, key, caps)
     query = statements.eligible_query(eligible, key)
     return _lowest_claimable(conn, st, caps, key, query, after=after, inclusive=False)
+
+
+def named_claimable(
+    conn: Connection,
+    *,
+    table: sa.Table,
+    key: sa.Column[Any],
+    eligible: Callable[[], sa.Select[Any]] | None,
+    keys: Sequence[Any],
+) -> list[Any]:
+    """The keys among ``keys`` (as ``claim`` takes them) claimable now, read without locks in
+    a transaction of its own: which rows a round by key skipped because another transaction
+    held them (SKIP LOCKED) rather than found not claimable."""
+    caps = dialects.of(conn)
+    st = statements.prebuilt(table, key, caps)
+    query = statements.named_candidates(st, key, statements.eligible_query(eligible, key), caps, keys, locked=False)
+    params: dict[str, Any] = {"dbw_limit": len(keys)}
+    if caps.name == "postgresql":
+        params["dbw_keys"] = list(keys)
+    with transactions.committed(conn):
+        return list(conn.execute(query, params).scalars())
 
 
 def _lowest_claimable(

@@ -52,6 +52,13 @@ class Attempt:
                claimed_by=self.claimed_by, error=error, traceback=traceback,
                logs=None if self.logs is None else self.logs())  # fmt: skip
 
+    def values(self, outcome: str) -> dict[str, Any]:
+        """The bound values of ``recorded``'s history row for this attempt ending ``outcome``."""
+        claimer = self.claimed_by
+        return {"dbw_started": self.started_at, "dbw_outcome": outcome,
+                "dbw_claimer": None if claimer is None else claimer[:CLAIMER_LENGTH],
+                "dbw_logs": _kept(None if self.logs is None else self.logs())}  # fmt: skip
+
 
 def table_name(worker: str) -> str:
     return f"{worker}_history"
@@ -106,13 +113,13 @@ def record(conn: Connection, table: sa.Table, source_id: Any, *, outcome: str, s
         "error": clip(error),
         "traceback": clip(traceback),
         "claimed_by": None if claimed_by is None else claimed_by[:CLAIMER_LENGTH],
-        "logs": bounded(logs),
-    })
+        "logs": _kept(logs),
+    })  # fmt: skip
 
 
-def bounded(logs: str | None) -> str | None:
-    """``logs`` as the column keeps it (``attemptlogs.encode`` already bounds it)."""
-    return logs if logs is None or len(logs) <= attemptlogs.TOTAL_CHARS else None  # fmt: skip
+def _kept(logs: str | None) -> str | None:
+    """The attempt's logs as stored: none past ``attemptlogs.TOTAL_CHARS``."""
+    return logs if logs is None or len(logs) <= attemptlogs.TOTAL_CHARS else None
 
 
 def recorded(update: sa.Update, table: sa.Table) -> sa.Insert:
@@ -120,8 +127,8 @@ def recorded(update: sa.Update, table: sa.Table) -> sa.Insert:
     statement (a data-modifying CTE: PostgreSQL), saving a round trip per item.
 
     The UPDATE's RETURNING feeds the INSERT, so the attempt is recorded, and a row returned,
-    exactly when the fence matched. Parameters: the update's, then ``dbw_started``, ``dbw_outcome``, ``dbw_claimer``. Locks: the update's, and the
-    history row it inserts.
+    exactly when the fence matched. Parameters: the update's, then ``Attempt.values``'.
+    Locks: the update's, and the history row it inserts.
     """
     h = table.c
     done = update.returning(update.table.c.source_id).cte("dbw_done")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from dbworker import retries
 from dbworker.contract import ExecutionStatus
 from dbworker.messages import Outcome
-from dbworker.sql import dialects, history, notify, statements, tables, transactions
+from dbworker.sql import dialects, history, notify, statements, transactions
 from dbworker.sql.states import CANCELLED, DONE, FAILED, UNFINISHED, WORKING, clip, fence
 
 NEW = "[*]"  # no work record yet: never claimed
@@ -51,6 +51,9 @@ class Claim:
     source_id: Any
     token: str
     taken_over: bool = False
+    # The W3C traceparent of the coordinator's span of this claim (tracing on), for the
+    # handler process's span to be its child; never compared.
+    trace: str | None = field(default=None, compare=False)
 
 
 # --- claim, take_over ----------------------------------------------------------------------
@@ -151,27 +154,23 @@ class Completer:
     def __init__(self, table: sa.Table) -> None:
         self._table = table
         self._history = history.history_table(table)
-        self._finish: statements.Precompiled | None = None
-        self._step_over: statements.Precompiled | None = None
-        self._plain: tuple[statements.Precompiled, statements.Precompiled] | None = None  # no history row
-        self._recorded = False
+        # (finish, step over) alone, and with the history row where the server allows.
+        self._plain: tuple[statements.Precompiled, statements.Precompiled] | None = None
+        self._recorded: tuple[statements.Precompiled, statements.Precompiled] | None = None
         self._dialect: Any = None
 
     def __call__(self, conn: Connection, claim: Claim, status: ExecutionStatus, attempt: history.Attempt) -> bool:
         """Record ``status`` (FINISHED or UNFINISHED) and the attempt if ``claim`` is still
         current; no commit. Whether it was."""
-        if self._finish is None or self._step_over is None or conn.dialect is not self._dialect:
+        if self._plain is None or conn.dialect is not self._dialect:
             self.prepare(conn)
-        assert self._finish is not None and self._step_over is not None and self._plain is not None
+        assert self._plain is not None
         values: dict[str, Any] = {"dbw_sid": claim.source_id, "dbw_token": claim.token}
         outcome = status.value  # the history's outcome names match: finished, unfinished
-        recorded = self._recorded and attempt.table is not None  # history_attempts=0: no row
-        finish, step_over = (self._finish, self._step_over) if recorded else self._plain
+        recorded = self._recorded is not None and attempt.table is not None
         if recorded:
-            claimer = attempt.claimed_by
-            values |= {"dbw_started": attempt.started_at, "dbw_outcome": outcome,
-                       "dbw_claimer": None if claimer is None else claimer[:tables.CLAIMER_LENGTH],
-                       "dbw_logs": None if attempt.logs is None else history.bounded(attempt.logs())}  # fmt: skip
+            values |= attempt.values(outcome)
+        finish, step_over = self._recorded if recorded and self._recorded is not None else self._plain
         if status is ExecutionStatus.UNFINISHED:
             result = step_over.execute(conn, values)
         else:
@@ -186,15 +185,14 @@ class Completer:
         """Compile for ``conn``'s dialect now (else on first use)."""
         st = statements.of(conn, self._table)
         self._dialect = conn.dialect
-        self._recorded = dialects.of(conn).recorded_writes
-        finish, step_over = (
-            (history.recorded(st.complete, self._history), history.recorded(st.step_over, self._history))
-            if self._recorded else (st.complete, st.step_over)
-        )  # fmt: skip
-        self._finish, self._step_over = statements.Precompiled(finish), statements.Precompiled(step_over)
         self._plain = (statements.Precompiled(st.complete), statements.Precompiled(st.step_over))
-        for compiled in (self._finish, self._step_over, *self._plain):
-            compiled.prepare(conn.dialect)
+        self._recorded = (
+            (statements.Precompiled(history.recorded(st.complete, self._history)),
+             statements.Precompiled(history.recorded(st.step_over, self._history)))
+            if dialects.of(conn).recorded_writes else None
+        )  # fmt: skip
+        for run in self._plain + (self._recorded or ()):
+            run.prepare(conn.dialect)
 
 
 def unfinish(conn: Connection, table: sa.Table, claim: Claim, *, after: float | None = None) -> bool:

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from dbworker import ExecutionStatus
 from examples.imagededup import app as application
-from examples.imagededup import models
+from examples.imagededup import models, tracing
 
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 coordinator = application.coordinator
@@ -46,6 +46,7 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
 app = FastAPI(
     title="imagededup", summary="Near-duplicate images, computed by dbworker", lifespan=lifespan
 )
+tracing.setup_api(app, application.Session)  # OTEL_EXPORTER_OTLP_ENDPOINT set: one trace per upload
 
 
 def session() -> Iterator[Session]:

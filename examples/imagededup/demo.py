@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 import httpx
 
-from examples.imagededup import samples
+from examples.imagededup import samples, tracing
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "examples.imagededup.app:coordinator"
@@ -168,11 +168,18 @@ def groups_from(queries: list[dict[str, Any]]) -> list[set[int]]:
     return sorted((g for g in found.values() if len(g) > 1), key=lambda g: (-len(g), min(g)))
 
 
-def services(database_url: str, workdir: Path, *, poll_seconds: float = 0.1) -> tuple[Service, Service, int, int]:
-    """The API and the worker service on ``database_url`` (not started): api, worker, their ports."""
+def services(database_url: str, workdir: Path, *, poll_seconds: float = 0.1,
+             otel_endpoint: str | None = None) -> tuple[Service, Service, int, int]:  # fmt: skip
+    """The API and the worker service on ``database_url`` (not started): api, worker, their ports.
+
+    ``otel_endpoint``: both export their spans there (OTLP/HTTP), as ``imagededup-api`` and
+    ``imagededup-worker``."""
     api_port, metrics_port = free_port(), free_port()
     env = {**os.environ, "DATABASE_URL": database_url, "IMAGEDEDUP_API_URL": f"http://127.0.0.1:{api_port}"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    if otel_endpoint is not None:
+        env.update(OTEL_EXPORTER_OTLP_ENDPOINT=otel_endpoint, OTEL_BSP_SCHEDULE_DELAY="500",
+                   OTEL_SERVICE_NAME="imagededup-api")  # fmt: skip
     api = Service(
         "API",
         [
@@ -210,7 +217,7 @@ def services(database_url: str, workdir: Path, *, poll_seconds: float = 0.1) -> 
             "20",
         ],
         workdir / "worker.log",
-        env,
+        {**env, "OTEL_SERVICE_NAME": "imagededup-worker"} if otel_endpoint is not None else env,
     )
     return api, worker, api_port, metrics_port
 
@@ -229,7 +236,10 @@ def console_service(database_url: str, workdir: Path) -> tuple[Service, int]:
 def run(groups: int, timeout: float, out: TextIO, *, wait: bool = False) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="imagededup-demo-"))
     database_url = f"sqlite:///{workdir / 'imagededup.sqlite'}"
-    api, worker, api_port, metrics_port = services(database_url, workdir)
+    receiver = _trace_receiver(workdir, out)
+    api, worker, api_port, metrics_port = services(
+        database_url, workdir, otel_endpoint=None if receiver is None else receiver.endpoint
+    )
     console, console_port = console_service(database_url, workdir)
     out.write(
         f"imagededup demo: SQLite database and logs in {workdir} (removed if all goes well)\n"
@@ -265,11 +275,25 @@ def run(groups: int, timeout: float, out: TextIO, *, wait: bool = False) -> int:
             say(out, f"  {name}: {'stopped cleanly' if clean else f'exit code {code}'}\n")
             if not clean:
                 result = 1
+    if receiver is not None:
+        receiver.close()
+        if result == 0:
+            tracing.print_upload_trace(receiver.path, out)
     if result == 0:
         shutil.rmtree(workdir, ignore_errors=True)
     else:
         out.write(f"the database and the logs are kept in {workdir}\n")
     return result
+
+
+def _trace_receiver(workdir: Path, out: TextIO) -> tracing.Receiver | None:
+    """Where the API and the workers send their spans (``traces.jsonl``); None without the
+    ``otel`` extra (and opentelemetry-proto), then the demo runs untraced."""
+    try:
+        return tracing.Receiver(workdir / "traces.jsonl")
+    except ImportError:
+        out.write("(no OpenTelemetry: install dbworker[otel] and opentelemetry-proto to see the upload's trace)\n")
+        return None
 
 
 def demo_steps(

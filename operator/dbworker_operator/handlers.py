@@ -28,6 +28,7 @@ from dbworker_operator import (
     problems,
     rules,
     scrape,
+    tracing,
 )
 from dbworker_operator import kube as kubeapi
 from dbworker_operator import spec as specs
@@ -103,6 +104,7 @@ async def cleanup(memo: Any, **_: Any) -> None:
         await runtime.kube.close()
     if runtime.scraper is not None:
         await runtime.scraper.close()
+    tracing.flush()
 
 
 @kopf.on.resume(WORKER.group, WORKER.version, WORKER.plural, registry=registry)
@@ -170,7 +172,8 @@ async def reconcile(runtime: Runtime, body: dict[str, Any], *, trigger: str) -> 
     started = time.monotonic()
     async with lock:
         try:
-            await _reconcile(runtime, body)
+            with tracing.reconcile(*key, trigger=kind):
+                await _reconcile(runtime, body)
         except Exception:  # a bug or outage for one Worker must not stop the others
             runtime.metrics.reconciles.labels(kind, "error").inc()
             logger.exception("reconciling Worker %s/%s failed", *key)

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from dbworker import Coordinator, Finished
-from dbworker.sql import names
+from dbworker.sql import names, traces
 from tests import pooler
 from tests.apps import basic
 from tests.conftest import Database
@@ -75,6 +75,14 @@ def test_long_source_tables_sharing_a_prefix_get_their_own_triggers(db: Database
     assert {f"wake-up triggers on {LONG}_one", f"wake-up triggers on {LONG}_two"} <= set(first) or {
         f"notify trigger on {LONG}_one", f"notify trigger on {LONG}_two"} <= set(first), first
     assert c.upgrade_worker_tables() == []  # the triggers found current: nothing reinstalled
+    # Their trace tables (dbworker.otel): cut names of their own, a foreign key each that fits.
+    side = {traces.table_name(One.__tablename__), traces.table_name(Two.__tablename__)}
+    assert len(side) == 2 and all(len(n) <= names.IDENTIFIER_MAX for n in side)
+    inspector = sa.inspect(db.engine)
+    assert side <= set(inspector.get_table_names())
+    for name in side:
+        [fk] = inspector.get_foreign_keys(name)
+        assert fk["options"].get("ondelete", "").upper() == "CASCADE" or db.backend == "sqlite"
     with Session(db.engine) as s:  # the application's INSERTs into both tables still work
         s.add_all([One(id=1), Two(code='a'), One(id=2)])
         s.commit()

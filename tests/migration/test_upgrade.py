@@ -128,11 +128,13 @@ def test_old_layout_upgrades_to_a_fresh_install_from_many_processes(db: Database
 
 
 def _wakeup_changes(backend: str) -> list[str]:
-    """What an upgrade reports beside the work tables: the fleet's sweep table and the
-    wake-up triggers (on PostgreSQL NOTIFY triggers; elsewhere the change table's)."""
+    """What an upgrade reports beside the work tables: the fleet's sweep table, the source's
+    trace table (``dbworker.otel``) and the wake-up triggers (on PostgreSQL NOTIFY triggers;
+    elsewhere the change table's)."""
+    own = ["created dbworker_sweeps", "created dbworker_traces_items"]
     if backend == "postgresql":
-        return ["created dbworker_sweeps", "notify trigger on items"]
-    return ["created dbworker_sweeps", "created dbworker_changes", "wake-up triggers on items"]
+        return [*own, "notify trigger on items"]
+    return [*own, "created dbworker_changes", "wake-up triggers on items"]
 
 
 @pytest.mark.slow

@@ -32,7 +32,7 @@ from tests.model.model import Key, Mark, Model
 
 BOUND = 5.0  # seconds a claimable row may wait while its worker idles, or while younger rows run
 GRACE = 1.0  # a worker counts as busy this long after one of its handlers started or ended
-OVERTAKE_SLACK = 1.0  # a row claimable this much later, with a higher key, ran first: passed over
+OVERTAKE_SLACK = 1.0  # a row claimable this much later, with a higher key, started this much sooner: passed over
 EARLY_TOL = 1.0  # a run may start this much before its Unfinished delay (clock rounding)
 
 
@@ -173,7 +173,15 @@ def pickups(model: Model, runs: dict[Key, list[Run]], starts: list[float], endin
             p.raw = max(0.0, run.start - at)
             p.lag = idle[m.key[0]].between(at, run.start)
         found.append(p)
-    return found
+    return [p for p in found if not _moot(p, found)]
+
+
+def _moot(p: Pickup, found: list[Pickup]) -> bool:
+    """An optional mark (a run that ended just before its coordinator did, and may have
+    committed) whose run answers a later mark of the item that is not optional: a reset of
+    the failure it committed, say. That mark, not this one, says when the run was owed."""
+    return p.mark.optional and p.run is not None and any(
+        q.run is p.run and not q.mark.optional and q.mark.lower >= p.mark.lower for q in found)  # fmt: skip
 
 
 def check_pickups(found: list[Pickup], f: Findings) -> None:
@@ -198,7 +206,10 @@ def check_pickups(found: list[Pickup], f: Findings) -> None:
             f.late.append(f"{p.mark.key} waited {p.lag:.2f} s while its worker idled ({p.raw:.2f} s in all) "
                           f"from {p.at:.3f} ({p.mark.why})")  # fmt: skip
         elif p.raw > BOUND:
-            window = served[w][bisect.bisect_left(served[w], (p.at,)) : bisect.bisect_left(served[w], (p.run.start,))]
+            # Rows that started at least OVERTAKE_SLACK before this one: rows of one claim
+            # start within moments of each other in any order.
+            until = p.run.start - OVERTAKE_SLACK
+            window = served[w][bisect.bisect_left(served[w], (p.at,)) : bisect.bisect_left(served[w], (until,))]
             younger = [k for _, at, k in window if at > p.at + OVERTAKE_SLACK and k > key]
             if younger:
                 f.late.append(f"{p.mark.key} waited {p.raw:.2f} s from {p.at:.3f} ({p.mark.why}) while {len(younger)} "

@@ -62,3 +62,9 @@ def test_the_lookup_runs_every_period_and_reports_pause_changes_only() -> None:
     assert p.looked_up(Lookup(paused=True, waiting=[])) is None
     assert p.looked_up(Lookup(paused=False, waiting=[])) is False
     assert p.plan().named == [4]
+
+
+def test_expired_claims_the_lookup_read_are_named_for_the_next_claim() -> None:
+    p = picker()
+    assert p.looked_up(Lookup(paused=False, waiting=[], expired=[7, 9])) is None
+    assert p.plan().named == [7, 9]  # taken over by key, wherever the cursor stands

@@ -118,6 +118,33 @@ def test_named_rows_a_full_round_by_key_did_not_take_are_named_for_the_next_clai
     assert (("7" if as_text else 7) in s.take_named()[0])
 
 
+@pytest.mark.parametrize("as_text", [True, False])
+def test_named_rows_a_round_by_key_skipped_locked_are_named_again_and_claimed_soon(as_text: bool) -> None:
+    # A row enabled behind the cursor while another transaction holds it FOR KEY SHARE: the
+    # wake-up names it, the round by key skips it (SKIP LOCKED), and its release writes
+    # nothing, so no wake-up follows. Dropped, it would wait for a wrap (found by tests/model).
+    s = Sweep(keys_as_text=as_text, max_poll_seconds=120)
+    swept(s, now=0.0, last_key=100)
+    for k in (3, 5, 8):
+        s.name(str(k) if as_text else k)
+    keys, _ = s.take_named()
+    assert not s.skipped_locked
+    # Took 3 of three named under a limit of 4: nothing left, nothing to read.
+    assert not s.needs_named_claimable(keys, taken=[3, 5, 8], limit=4)
+    # Took 3 under a limit of 1: a full round (left_by_full_round names the rest).
+    assert not s.needs_named_claimable(keys, taken=[3], limit=1)
+    # Took 3 under a limit of 4: 5 and 8 were held, or are not claimable; the read tells.
+    assert s.needs_named_claimable(keys, taken=[3], limit=4)
+    s.left_locked([5])  # the read without locks: 5 is claimable, 8 is not (ended elsewhere)
+    assert s.skipped_locked  # the loop claims again soon, backing off while it stays held
+    s.ended(5)  # ended here before: still named (held, not its handler's own write)
+    again, _ = s.take_named()
+    assert again == ["5" if as_text else 5]
+    assert not s.skipped_locked  # a new claim: what its round by key skips decides
+    s.left_locked([])
+    assert not s.skipped_locked and s.take_named() == ([], False)
+
+
 def test_named_rows_are_dropped_during_a_wrap_which_reaches_every_row() -> None:
     s = Sweep(keys_as_text=True, max_poll_seconds=10)
     s.wake(["7"])
@@ -210,6 +237,21 @@ def test_expired_claims_are_looked_up_between_wraps_every_max_poll() -> None:
     assert not s.expired_due(1e9)
 
 
+def test_expired_claims_are_looked_up_every_third_of_a_lease_however_long_the_polls() -> None:
+    # max_poll_seconds 120, lease 6: a SIGKILLed pod's items expire within 6 s of its death
+    # and must not wait for the next poll or wrap (found by tests/model).
+    s = Sweep(keys_as_text=True, max_poll_seconds=120, lease_seconds=6)
+    swept(s, now=0.0, last_key=50)
+    assert not s.expired_due(1.9)
+    assert s.expired_due(2.01)
+    assert not s.expired_due(3.0)
+    assert s.expired_due(4.02)
+    # A lease longer than three polls: max_poll_seconds still bounds it.
+    s = Sweep(keys_as_text=True, max_poll_seconds=10, lease_seconds=300)
+    swept(s, now=0.0, last_key=50)
+    assert not s.expired_due(9.9) and s.expired_due(10.01)
+
+
 def test_recently_ended_keys_are_bounded() -> None:
     s = Sweep(keys_as_text=True, max_poll_seconds=10)
     swept(s, now=0.0, last_key=10**9)
@@ -257,14 +299,14 @@ def round_of(*taken: int, last_key: Any = None, inclusive: bool = False, swept: 
                  swept, inclusive)  # fmt: skip
 
 
-def settle(s: Sweep, rnd: Round, *, lowest: Any = None, top: Any = None) -> tuple[bool, bool]:
+def settle(s: Sweep, rnd: Round, *, lowest: Any = None, top: Any = None, full: bool = False) -> tuple[bool, bool]:
     """What the engine's fetch does after a round: read only what the sweep asks, tell it.
     Returns which reads were asked (lowest, top)."""
     start = s.position()
     asked_lowest = s.needs_lowest(rnd)
     low = lowest if asked_lowest else None
     asked_top = s.needs_top(rnd, low)
-    s.saw(start, rnd, lowest=low, top=top if asked_top else None)
+    s.saw(start, rnd, lowest=low, top=top if asked_top else None, full=full)
     return asked_lowest, asked_top
 
 
@@ -295,6 +337,23 @@ def test_a_round_that_skipped_a_locked_row_keeps_the_cursor_and_reads_no_top() -
     assert s.position() == Position(10, False) and s.skipped_locked
     assert settle(s, round_of(11)) == (False, False)  # its holder committed: the next round takes it
     assert s.position() == Position(11, False) and not s.skipped_locked
+
+
+def test_an_ordered_round_that_did_not_take_its_lowest_claimable_key_skipped_it_locked() -> None:
+    """An ordered query's round reads its lowest claimable key without locks, then claims
+    FOR UPDATE SKIP LOCKED from there: a row another transaction holds (the other worker's
+    claim of the same row, an application's lock released without a write) is found and
+    not taken. The loop must claim again soon, not at its next poll (found by tests/model)."""
+    s = at(10)
+    assert settle(s, round_of(last_key=816, inclusive=True)) == (False, False)
+    assert s.position() == Position(816, True) and s.skipped_locked
+    assert settle(s, round_of(830, last_key=816, inclusive=True)) == (False, False)  # took another, not 816
+    assert s.skipped_locked
+    # Took as many as it could: 816 may simply come later in the query's own order.
+    assert settle(s, round_of(830, last_key=816, inclusive=True), full=True) == (False, False)
+    assert not s.skipped_locked
+    assert settle(s, round_of(830, 816, last_key=816, inclusive=True)) == (False, False)
+    assert s.position() == Position(816, True) and not s.skipped_locked
 
 
 def test_an_ordered_rounds_cursor_is_its_lowest_claimable_key_and_it_reads_only_the_top_when_empty() -> None:

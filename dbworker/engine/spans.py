@@ -1,0 +1,137 @@
+"""The coordinator's span of each claimed item, from its claim to its recorded outcome.
+
+Started when a claim hands items out: one read of the source's trace table
+(``sql.traces``) gives each item the ``traceparent`` of the write that made it (the span
+becomes its child: request and handler in one trace), and the work table's attempt count.
+The span's own ``traceparent`` goes with the claim to the handler process, whose span is its
+child. Ended by the recorder with the outcome; lease loss, give-backs, recalls and timeouts
+are events on it. A span of an earlier attempt of the same item claimed here is linked.
+Only built when tracing is on (``tracing.tracer()``); otherwise none of this runs.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from dbworker import tracing
+from dbworker.sql import claimer, dialects, traces
+from dbworker.sql.items import Claim
+from dbworker.workers import RegisteredWorker
+
+_REMEMBERED = 10_000  # earlier attempts' span contexts kept for links, per worker
+
+
+class ItemSpans:
+    """The open spans of one worker's claimed items, by claim token (any thread)."""
+
+    def __init__(self, tracer: Any, worker: RegisteredWorker, engine: Engine) -> None:
+        self._tracer = tracer
+        self._worker = worker
+        self._engine = engine
+        self._source = worker.key.table
+        self._traces = traces.side_table(self._source)
+        self._pod = claimer.identity()
+        self._open: dict[str, Any] = {}
+        self._earlier: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self._readable = True  # False once the trace table was found missing (not migrated)
+
+    def start(self, claimed: list[Claim]) -> list[Claim]:
+        """Open a span per claim; the claims returned carry its ``traceparent``."""
+        if not claimed:
+            return claimed
+        producers, attempts = self._read([c.source_id for c in claimed])
+        out = []
+        for claim in claimed:
+            parent = tracing.parent_context(producers.get(claim.source_id))
+            with self._lock:
+                earlier = self._earlier.get(claim.source_id)
+            links = [tracing.link(earlier)] if earlier is not None else None
+            attrs = tracing.item_attributes(self._worker.name, self._source.name, claim.source_id,
+                                            operation="receive", pod=self._pod)  # fmt: skip
+            if claim.source_id in attempts:
+                attrs[tracing.ATTEMPT] = attempts[claim.source_id]
+            if claim.taken_over:
+                attrs["dbworker.taken_over"] = True
+            span = self._tracer.start_span(f"claim {self._worker.name}", context=parent, links=links,
+                                           kind=tracing.consumer(), attributes=attrs)  # fmt: skip
+            with self._lock:
+                self._open[claim.token] = span
+                self._earlier[claim.source_id] = span.get_span_context()
+                self._earlier.move_to_end(claim.source_id)
+                while len(self._earlier) > _REMEMBERED:
+                    self._earlier.popitem(last=False)
+            out.append(dataclasses.replace(claim, trace=tracing.traceparent(span)))
+        return out
+
+    def _read(self, keys: list[Any]) -> tuple[dict[Any, str], dict[Any, int]]:
+        """The writers' traceparents and the items' attempt counts, in one read."""
+        work = self._worker.table
+        side = self._traces
+        query = (
+            sa.select(work.c.source_id, work.c.attempts, side.c.traceparent)
+            .select_from(work.outerjoin(side, side.c.source_id == work.c.source_id))
+            .where(work.c.source_id.in_(keys))
+        )
+        if not self._readable:
+            query = sa.select(work.c.source_id, work.c.attempts, sa.null()).where(work.c.source_id.in_(keys))
+        try:
+            with dialects.connect_reads(self._engine) as conn, conn.begin():
+                rows = conn.execute(query).all()
+        except sa.exc.DBAPIError:
+            try:  # no trace table (not migrated): spans without the writer's parent from now on
+                self._readable = sa.inspect(self._engine).has_table(side.name, schema=side.schema)
+            except sa.exc.DBAPIError:
+                pass
+            return {}, {}
+        return {r[0]: r[2] for r in rows if r[2]}, {r[0]: int(r[1]) for r in rows}
+
+    def event(self, token: str, name: str, **attrs: Any) -> None:
+        with self._lock:
+            span = self._open.get(token)
+        if span is not None:
+            span.add_event(name, attributes=attrs or None)
+
+    @contextlib.contextmanager
+    def ending(self, token: str, outcome: str, error: str | None = None, *,
+               event: str | None = None) -> Iterator[None]:  # fmt: skip
+        """End ``token``'s span with ``outcome`` (and ``event``), current meanwhile (log records
+        written inside carry its ids). Nothing when it already ended."""
+        with self._lock:
+            span = self._open.pop(token, None)
+        if span is None:
+            yield
+            return
+        if event is not None:
+            span.add_event(event)
+        tracing.set_outcome(span, outcome, error)
+        try:
+            with tracing.use(span):
+                yield
+        finally:
+            span.end()
+
+    def end(self, token: str, outcome: str, error: str | None = None, *, event: str | None = None) -> None:
+        with self.ending(token, outcome, error, event=event):
+            pass
+
+    def end_all(self, outcome: str) -> None:
+        """End what is still open (the loop ended)."""
+        with self._lock:
+            tokens = list(self._open)
+        for token in tokens:
+            self.end(token, outcome)
+
+
+def for_worker(worker: RegisteredWorker, engine: Engine) -> ItemSpans | None:
+    """The worker's item spans when tracing is on in this process, else None."""
+    tracer = tracing.tracer()
+    return None if tracer is None else ItemSpans(tracer, worker, engine)
