@@ -24,6 +24,7 @@ from dbworker.retries import Retry
 from dbworker.schedules import ticks
 from dbworker.schedules.policy import Schedule
 from dbworker.sql import (
+    dialects,
     history,
     items,
     names,
@@ -35,6 +36,7 @@ from dbworker.sql import (
     tables,
     traces,
     upgrade,
+    waiting,
 )
 from dbworker.sql.due import Due
 
@@ -248,6 +250,21 @@ class WorkerView:
         """Items WORKING now that reported a fraction done, and their mean fraction (None if none)."""
         with Session(engine) as session:
             return progress.summary(session, self._w.table)
+
+    @property
+    def limited(self) -> bool:
+        """It was registered with ``limits=`` (docs/limits.md)."""
+        return bool(self._w.limits)
+
+    def waiting_on_limit(self, engine: sa.Engine, *, cap: int, top: int = waiting.TOP_KEYS) -> waiting.Waiting | None:
+        """Of its first ``cap`` claimable items, those no pod can start now because of a limit,
+        and the ``top`` keys most behind; None for a worker without limits."""
+        w = self._w
+        if not w.limits:
+            return None
+        with dialects.connect(engine) as conn:
+            return waiting.on_limit(conn, table=w.table, key=w.key, eligible=w.eligible, limits=w.limits, cap=cap,
+                                    top=top)  # fmt: skip
 
     def reset_failed(self, session: Session, source_id: Any) -> bool:
         """Set a FAILED item back to UNFINISHED with error and claim cleared; True if it was FAILED."""

@@ -57,7 +57,7 @@ def fair_candidates(
     # not held now; other concurrency limits leave out keys with every slot held.
     room = [
         (ranked.c.dbw_rank if kind.limit == fair else sa.literal(1))
-        + _held(slots_t, table, ranked.c[f"dbw_k{kind.limit}"], kind, caps) <= kind.size
+        + held(slots_t, table, ranked.c[f"dbw_k{kind.limit}"], kind, caps) <= kind.size
         for kind in limits_.kinds(limits)
         if kind.per is None
     ]
@@ -70,16 +70,14 @@ def fair_candidates(
     )
 
 
-def _held(
+def held(
     slots_t: sa.Table, work: sa.Table, key_text: Any, kind: limits_.Kind, caps: dialects.Capabilities
 ) -> sa.ColumnElement[int]:
-    """How many concurrency slots of ``kind`` for the row's key live leases hold (read, not locked)."""
+    """How many slots of ``kind`` the key ``key_text`` holds now (read, not locked): for
+    concurrency, those live leases hold; for rate, starts within the period."""
     s = slots_t.c
-    return (
-        sa.select(sa.func.count())
-        .where(s.kind == kind.number, s.limit_key == key_text, slots.holding(slots_t, work, caps))
-        .scalar_subquery()
-    )
+    now_held = slots.holding(slots_t, work, caps) if kind.per is None else s.taken_at > caps.now_plus(-kind.per)
+    return sa.select(sa.func.count()).where(s.kind == kind.number, s.limit_key == key_text, now_held).scalar_subquery()
 
 
 def startable(

@@ -173,17 +173,3 @@ def _give_back(conn: Connection, work: sa.Table, caps: dialects.Capabilities, so
         .values(execution_status=UNFINISHED, claim_token=None, lease_expires_at=None, not_before=None)
     )
     return conn.execute(update).rowcount == 1
-
-
-def waiting_keys(conn: Connection, slots: sa.Table, work: sa.Table, kind: int, limit: int) -> list[tuple[str, int]]:
-    """The keys of concurrency kind ``kind`` holding the most slots now, most first, with how many."""
-    s = slots.c
-    held = sa.func.count().label("held")
-    query = (
-        sa.select(s.limit_key, held)
-        .where(s.kind == kind, holding(slots, work))
-        .group_by(s.limit_key)
-        .order_by(held.desc(), s.limit_key)
-        .limit(limit)
-    )
-    return [(str(k), int(n)) for k, n in conn.execute(query).all()]
