@@ -129,6 +129,13 @@ class WorkerMetrics(observe.Observer):
             ["worker"],
             registry=registry,
         )
+        self.limit_waiting = Gauge(
+            "dbworker_limit_waiting_items",
+            "Workers with limits: claimable items no pod can start now because of a limit (not in "
+            "dbworker_backlog; sampled with it, with its cap; by worker only: keys are unbounded).",
+            ["worker"],
+            registry=registry,
+        )
         self.progress_items = Gauge(
             "dbworker_progress_items",
             "Items running now whose handler reported a fraction done (dbworker.report_progress; "
@@ -204,6 +211,7 @@ class WorkerMetrics(observe.Observer):
                     self.handlers_active.labels(worker)
                     self.handler_slots.labels(worker)
                     self.backlog.labels(worker)
+                    self.limit_waiting.labels(worker)
                     self.progress_items.labels(worker)
                     self.progress_fraction.labels(worker)
                     self.heartbeat_timestamp.labels(worker)
@@ -280,7 +288,9 @@ class WorkerMetrics(observe.Observer):
 
 class BacklogSampler:
     """A daemon thread setting ``dbworker_backlog`` from ``backlog(worker, cap=...)``, and
-    the progress gauges from ``progress(worker)`` (count, mean fraction or None) if given.
+    the progress gauges from ``progress(worker)`` (count, mean fraction or None) and
+    ``dbworker_limit_waiting_items`` from ``waiting(worker, cap=...)`` (None: the worker has no
+    limits, nothing read) if given.
 
     ``backlog`` is the coordinator's method; a failing call counts as a ``backlog`` database
     error and leaves the last value in place. ``interval <= 0`` means never sample.
@@ -295,8 +305,10 @@ class BacklogSampler:
         interval: float,
         cap: int = DEFAULT_BACKLOG_CAP,
         progress: Callable[[str], tuple[int, float | None]] | None = None,
+        waiting: Callable[..., int | None] | None = None,
     ) -> None:
         self._backlog = backlog
+        self._waiting = waiting
         self._progress = progress
         self._metrics = metrics
         self._workers = list(workers)
@@ -317,6 +329,8 @@ class BacklogSampler:
                 log.warning("backlog of worker %r failed: %s", worker, redact.redact(str(exc)))
             else:
                 self._metrics.backlog.labels(worker).set(value)
+            if self._waiting is not None:
+                self._sample_waiting(worker)
             if self._progress is not None:
                 try:
                     count, mean = self._progress(worker)
@@ -326,6 +340,17 @@ class BacklogSampler:
                 else:
                     self._metrics.progress_items.labels(worker).set(count)
                     self._metrics.progress_fraction.labels(worker).set(mean or 0.0)
+
+    def _sample_waiting(self, worker: str) -> None:
+        assert self._waiting is not None
+        try:
+            value = self._waiting(worker, cap=self._cap)
+        except Exception as exc:  # counted and logged; the pod goes on
+            self._metrics.db_error(worker, operation="backlog", error=exc)
+            log.warning("items waiting on a limit of worker %r failed: %s", worker, redact.redact(str(exc)))
+        else:
+            if value is not None:
+                self._metrics.limit_waiting.labels(worker).set(value)
 
     def start(self) -> None:
         if self._interval <= 0 or self._thread is not None:

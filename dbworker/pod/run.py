@@ -96,6 +96,7 @@ def command(
         sampler = metrics.BacklogSampler(
             coordinator.backlog, worker_metrics, workers, interval=options["backlog_seconds"],
             progress=lambda name: coordinator.workers[name].progress(coordinator.engine),
+            waiting=lambda name, cap: waiting_count(coordinator, name, cap=cap),
         )  # fmt: skip
         sampler.start()
         shutdown.wait()
@@ -133,3 +134,9 @@ def _version() -> str:
         return metadata.version("dbworker")
     except Exception:  # running from a checkout
         return str(getattr(dbworker, "__version__", "unknown"))
+
+
+def waiting_count(coordinator: dbworker.Coordinator, worker: str, *, cap: int) -> int | None:
+    """``worker``'s items waiting only on a limit (no keys read); None: it has no limits."""
+    found = coordinator.workers[worker].waiting_on_limit(coordinator.engine, cap=cap, top=0)
+    return None if found is None else found.count

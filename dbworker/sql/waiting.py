@@ -61,7 +61,7 @@ def on_limit(
     fair = limits_.fair_limit(limits)
     with transactions.committed(conn):
         total = int(conn.execute(sa.select(sa.func.count()).select_from(claimable.limit(cap).subquery())).scalar_one())
-        keys = _top(conn, table, claimable, limits, fair, caps, cap=cap, top=top) if fair is not None else ()
+        keys = _top(conn, table, claimable, limits, fair, caps, cap=cap, top=top) if fair is not None and top > 0 else ()
     startable = limited.startable(conn, table=table, key=key, eligible=eligible, limits=limits, cap=cap)
     return Waiting(count=max(total - startable, 0), capped=total >= cap, keys=keys)
 

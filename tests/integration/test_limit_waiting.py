@@ -106,3 +106,19 @@ def test_a_worker_without_limits_has_nothing_waiting_on_one(db: Database, coordi
     c = _build(db, coordinators, [])
     assert not c.workers["jobs"].limited
     assert c.workers["jobs"].waiting_on_limit(c.engine, cap=10) is None
+
+
+def test_the_gauge_reads_the_count_by_worker(db: Database, coordinators: list[Coordinator]) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from dbworker.pod import metrics, run
+
+    c = _build(db, coordinators, [Limit(key=Job.customer, concurrency=1)])
+    limited.add_jobs(db.engine, [1, 1, 1, 2])
+    registry = CollectorRegistry()
+    m = metrics.WorkerMetrics(registry, version="0")
+    sampler = metrics.BacklogSampler(c.backlog, m, ["jobs"], interval=15,
+                                     waiting=lambda name, cap: run.waiting_count(c, name, cap=cap))  # fmt: skip
+    sampler.sample_once()
+    assert registry.get_sample_value("dbworker_limit_waiting_items", {"worker": "jobs"}) == 2
+    assert registry.get_sample_value("dbworker_backlog", {"worker": "jobs"}) == 2
