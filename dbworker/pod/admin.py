@@ -72,6 +72,9 @@ def inspect(options: opts.Options, coordinator: dbworker.Coordinator) -> int:
         return termination.EXIT_OK
     # Errors and keys come from handlers and applications: shown with control characters escaped.
     print(redact.printable(render_table(report)))
+    keys = render_limit_keys(report)
+    if keys:
+        print(redact.printable(f"\nkeys waiting on a limit (most first):\n{keys}"))
     asynchronous = render_async(report)
     if asynchronous:
         print(f"\nasync workers:\n{asynchronous}")
@@ -102,6 +105,7 @@ def inspect_report(
             paused = view.paused(session)
             schedule = view.schedule(session)
         claimable = coordinator.backlog(name, cap=INSPECT_CAP)
+        waiting = view.waiting_on_limit(coordinator.engine, cap=INSPECT_CAP)
         entry: dict[str, Any] = {
             "worker": name,
             "table": view.table.name,
@@ -113,12 +117,32 @@ def inspect_report(
             "claimable": claimable,
             "claimable_capped": claimable >= INSPECT_CAP,
         }
+        if waiting is not None:  # a worker with limits (docs/limits.md)
+            entry["waiting_on_limit"] = waiting.count
+            entry["waiting_on_limit_capped"] = waiting.capped
+            entry["limit_keys"] = [{"key": k.key, "waiting": k.waiting, "held": k.held} for k in waiting.keys]
         if schedule is not None:
             entry["schedule"] = schedule
         if failed:
             entry["failed"] = [{"id": sid, "error": error} for sid, error in failures]
         report.append(entry)
     return report
+
+
+def _on_limit(e: Mapping[str, Any]) -> str:
+    """The ON-LIMIT cell: items waiting only on a limit ("-": the worker has no limits)."""
+    if "waiting_on_limit" not in e:
+        return "-"
+    return f"{e['waiting_on_limit']}{'+' if e['waiting_on_limit_capped'] else ''}"
+
+
+def render_limit_keys(report: Sequence[Mapping[str, Any]]) -> str:
+    """One line per worker with items waiting on a limit: the keys most behind, with how many
+    wait and the slots they hold."""
+    return "\n".join(
+        f"  {e['worker']}: " + ", ".join(f"{k['key']!r} {k['waiting']} waiting, {k['held']} held" for k in e["limit_keys"])
+        for e in report if e.get("limit_keys")
+    )
 
 
 def render_schedules(report: Sequence[Mapping[str, Any]]) -> str:
@@ -149,7 +173,7 @@ def render_async(report: Sequence[Mapping[str, Any]]) -> str:
 
 def render_table(report: Sequence[Mapping[str, Any]]) -> str:
     """The plain-text table of ``inspect``."""
-    header = ["WORKER", "WORKING", "UNFINISHED", "FINISHED", "FAILED", "CLAIMABLE", "PAUSED"]
+    header = ["WORKER", "WORKING", "UNFINISHED", "FINISHED", "FAILED", "CLAIMABLE", "ON-LIMIT", "PAUSED"]
     rows = [header]
     for e in report:
         c = e["counts"]
@@ -162,6 +186,7 @@ def render_table(report: Sequence[Mapping[str, Any]]) -> str:
                 str(c["finished"]),
                 str(c["failed"]),
                 claimable,
+                _on_limit(e),
                 "yes" if e.get("paused") else "",
             ]
         )

@@ -78,9 +78,10 @@ def test_inspect_json_and_text(appdb: AppDb) -> None:
         "FINISHED",
         "FAILED",
         "CLAIMABLE",
+        "ON-LIMIT",
         "PAUSED",
     ]
-    assert lines[1].split() == ["main", "0", "0", "1", "2", "2"]
+    assert lines[1].split() == ["main", "0", "0", "1", "2", "2", "-"]
     assert "  3: RuntimeError: boom three" in lines
     assert report["main"]["paused"] is False
 

@@ -122,3 +122,15 @@ def test_the_gauge_reads_the_count_by_worker(db: Database, coordinators: list[Co
     sampler.sample_once()
     assert registry.get_sample_value("dbworker_limit_waiting_items", {"worker": "jobs"}) == 2
     assert registry.get_sample_value("dbworker_backlog", {"worker": "jobs"}) == 2
+
+
+def test_inspect_shows_the_column_and_the_keys(db: Database, coordinators: list[Coordinator]) -> None:
+    from dbworker.pod import admin
+
+    c = _build(db, coordinators, [Limit(key=Job.customer, concurrency=1)])
+    limited.add_jobs(db.engine, [5, 5, 5, 6, 6])
+    _claim(c, 5)
+    [entry] = admin.inspect_report(c, ["jobs"], failed=False)
+    assert (entry["waiting_on_limit"], entry["waiting_on_limit_capped"], entry["claimable"]) == (3, False, 0)
+    assert entry["limit_keys"] == [{"key": "5", "waiting": 2, "held": 1}, {"key": "6", "waiting": 1, "held": 1}]
+    assert admin.render_table([entry]).splitlines()[1].split()[-1] == "3"

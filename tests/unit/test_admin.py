@@ -18,10 +18,25 @@ def test_render_table() -> None:
         "FINISHED",
         "FAILED",
         "CLAIMABLE",
+        "ON-LIMIT",
         "PAUSED",
     ]
-    assert lines[1].split() == ["hash", "1", "2", "30", "0", "1000+"]
-    assert lines[2].split() == ["compare", "0", "0", "0", "4", "0", "yes"]
+    assert lines[1].split() == ["hash", "1", "2", "30", "0", "1000+", "-"]
+    assert lines[2].split() == ["compare", "0", "0", "0", "4", "0", "-", "yes"]
+
+
+def test_render_table_and_keys_of_workers_with_limits() -> None:
+    report = [
+        {"worker": "export", "counts": {"working": 2, "unfinished": 9, "finished": 0, "failed": 0}, "claimable": 1,
+         "claimable_capped": False, "waiting_on_limit": 8, "waiting_on_limit_capped": False,
+         "limit_keys": [{"key": "42", "waiting": 6, "held": 2}, {"key": "7", "waiting": 2, "held": 2}]},
+        {"worker": "bulk", "counts": {"working": 0, "unfinished": 5000, "finished": 0, "failed": 0}, "claimable": 0,
+         "claimable_capped": False, "waiting_on_limit": 1000, "waiting_on_limit_capped": True, "limit_keys": []},
+    ]  # fmt: skip
+    lines = admin.render_table(report).splitlines()
+    assert lines[1].split() == ["export", "2", "9", "0", "0", "1", "8"]
+    assert lines[2].split() == ["bulk", "0", "5000", "0", "0", "0", "1000+"]
+    assert admin.render_limit_keys(report).splitlines() == ["  export: '42' 6 waiting, 2 held, '7' 2 waiting, 2 held"]
 
 
 def test_render_async_lists_async_workers_and_their_processes() -> None:
