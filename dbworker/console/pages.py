@@ -93,6 +93,7 @@ def worker_page(request: Request, worker: str, before: str = "", id: str = "") -
         query=urlencode(where.params()), given=dict(where.params()),
         columns=[(c.name, filters.describe(c)) for c in filters.offered(console.coordinator.workers[name].source)],
         set_actions=sets.VERBS, audit=sets.recent(console.coordinator, name),
+        on_limit=queries.waiting_on_limit(console.coordinator, name),
     )  # fmt: skip
 
 

@@ -127,6 +127,20 @@ def _backlog(coordinator: dbworker.Coordinator, worker: str) -> int:
     return value
 
 
+def waiting_on_limit(coordinator: dbworker.Coordinator, worker: str) -> dict[str, Any] | None:
+    """A worker with limits: how many of its claimable items no pod can start now because of
+    a limit (``capped`` at ``BACKLOG_CAP``), and the keys most behind, each ``shown`` as a
+    source value of the key's column is (keys are application data); None without limits."""
+    found = coordinator.workers[worker].waiting_on_limit(coordinator.engine, cap=BACKLOG_CAP)
+    if found is None:
+        return None
+    keys = [
+        {"key": shown(found.key_name, k.key, coordinator.secrets), "waiting": k.waiting, "held": k.held}
+        for k in found.keys
+    ]
+    return {"count": found.count, "capped": found.capped, "keys": keys}
+
+
 def _running(c: browse.Claimer) -> Running:
     pod, pid = claimer.split(c.claimed_by)
     return Running(pod=pod, pid=pid, running=c.running, expired=c.expired)

@@ -38,11 +38,13 @@ class WaitingKey:
 @dataclass(frozen=True)
 class Waiting:
     """``count`` claimable items wait only on a limit (of the first ``cap`` claimable ones;
-    ``capped``: there were that many), and the keys most behind, most first."""
+    ``capped``: there were that many), and the keys most behind, most first; ``key_name``:
+    the keyed limit's column name ('' for a SQL expression or no keyed limit)."""
 
     count: int
     capped: bool
     keys: tuple[WaitingKey, ...]
+    key_name: str = ""
 
 
 def on_limit(
@@ -63,7 +65,9 @@ def on_limit(
         total = int(conn.execute(sa.select(sa.func.count()).select_from(claimable.limit(cap).subquery())).scalar_one())
         keys = _top(conn, table, claimable, limits, fair, caps, cap=cap, top=top) if fair is not None and top > 0 else ()
     startable = limited.startable(conn, table=table, key=key, eligible=eligible, limits=limits, cap=cap)
-    return Waiting(count=max(total - startable, 0), capped=total >= cap, keys=keys)
+    name = getattr(limits[fair].key, "name", None) if fair is not None else None
+    return Waiting(count=max(total - startable, 0), capped=total >= cap, keys=keys,
+                   key_name=name if isinstance(name, str) else "")  # fmt: skip
 
 
 def _top(
