@@ -120,6 +120,13 @@ def set_actions(request: Request, worker: str) -> dict[str, Any]:
     return {"worker": name, "actions": sets.recent(console.coordinator, name)}
 
 
+@router.get("/workers/{worker}/limits", summary="A worker with limits: items waiting on a limit and the keys most behind")
+def limits(request: Request, worker: str) -> dict[str, Any]:
+    console = console_of(request)
+    name = worker_or_404(console, worker)
+    return {"worker": name, "waiting_on_limit": queries.waiting_on_limit(console.coordinator, name)}
+
+
 @router.post("/workers/{worker}/pause", summary="Stop claiming for a worker in every pod (running handlers finish)")
 def pause(request: Request, worker: str) -> dict[str, Any]:
     console, name = acting_on(request, worker)

@@ -76,3 +76,16 @@ def test_keys_of_a_secret_column_are_masked(client: TestClient) -> None:
 def test_a_worker_without_limits_shows_nothing_of_them(client: TestClient) -> None:
     page = client.get("/workers/plain")
     assert page.status_code == 200 and "on-limit" not in page.text and "Waiting on a limit" not in page.text
+
+
+def test_the_api_answers_the_same_for_scripts(client: TestClient) -> None:
+    r = client.get("/api/workers/per_customer/limits")
+    assert r.status_code == 200, r.text
+    assert r.json() == {
+        "worker": "per_customer",
+        "waiting_on_limit": {"count": 4, "capped": False, "keys": [
+            {"key": "<b>acme</b>", "waiting": 3, "held": 0}, {"key": "globex", "waiting": 1, "held": 0}]},
+    }  # fmt: skip
+    assert "tok-1" not in client.get("/api/workers/per_token/limits").text
+    assert client.get("/api/workers/plain/limits").json() == {"worker": "plain", "waiting_on_limit": None}
+    assert client.get("/api/workers/nope/limits").status_code == 404
