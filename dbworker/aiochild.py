@@ -11,6 +11,7 @@ imports the loop, the pool or the coordinator.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -20,12 +21,14 @@ from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
+from sqlalchemy.pool import SingletonThreadPool, StaticPool
 
-from dbworker import child, loopwatch, messages, redact
+from dbworker import attemptlogs, child, loopwatch, messages, progress, redact, tracing
 from dbworker.contract import AsyncHandler, ExecutionStatus, Finished, LostClaim, Unfinished
 from dbworker.contract import Outcome as HandlerOutcome
 from dbworker.messages import DELETED, FINISHED, LOST, RETRY, TIMED_OUT, UNFINISHED, Outcome, Report
 from dbworker.sql import claimer, dialects, drivers, history, items, statements, tables
+from dbworker.sql import progress as stored_progress
 
 log = logging.getLogger("dbworker")
 _TASK_PREFIX = "dbworker-item-"  # + the claim token: how the loop watch names the item that blocks
@@ -41,6 +44,7 @@ class _Item:
 
     claim: items.Claim
     attempt: history.Attempt
+    progress: progress.Coalesced  # its reports (``dbworker.report_progress()``), written by a task of their own
     exc: BaseException | None = None
     traceback: str | None = None
     after: float | None = None
@@ -63,6 +67,12 @@ class AsyncRunner:
         self._complete = items.Completer(self.table)
         self._load = statements.load_source(config.source)
         self.running: dict[str, asyncio.Task[Report]] = {}
+        # Each item's log records, kept with its attempt: one Capture, a context of its own per item's task.
+        self._capture: attemptlogs.Capture | None = None
+        if config.history_logs and config.history:
+            self._capture = attemptlogs.Capture(self.secrets + (config.log[2] if config.log else ()))
+            logging.getLogger().addHandler(self._capture)
+        self._tracer = tracing.tracer() if config.tracing else None
 
     async def warm_up(self) -> None:
         """Connect and compile the hot statements before the first item (as ``child.Runner``)."""
@@ -93,15 +103,47 @@ class AsyncRunner:
         return True
 
     async def run(self, claim: items.Claim) -> Report:
+        """Run ``claim``'s handler and commit its outcome; in a ``process`` span of its own when
+        tracing (the child of the coordinator's claim span), current in this item's task only."""
+        if self._tracer is None:
+            return (await self._run(claim))[0]
+        table = tables.source_key(self.config.source).table.name
+        with tracing.process_span(self._tracer, self.config.worker, table, claim.source_id, pod=self.claimed_by,
+                                  parent=claim.trace) as span:  # fmt: skip
+            report, exc = await self._run(claim)
+            tracing.process_ended(span, report, exc)
+            return report
+
+    async def _run(self, claim: items.Claim) -> tuple[Report, BaseException | None]:
+        """The report, and the exception the attempt ended with (None: none). The attempt's
+        log records and progress reports are this task's own (context variables)."""
         start = time.perf_counter()
-        item = _Item(claim, history.Attempt(self.history, history.utcnow(), self.claimed_by))
-        try:
-            outcome, error = await self._execute(item)
-        except asyncio.CancelledError:
-            outcome, error = await self._gone_or(claim, (LOST, None))
+        with contextlib.ExitStack() as stack:
+            records = None if self._capture is None else stack.enter_context(self._capture.attempt())
+            item = _Item(claim, history.Attempt(self.history, history.utcnow(), self.claimed_by,
+                                                None if records is None else records.text),
+                         progress.Coalesced(lambda fraction, note: self._report(claim, fraction, note)))  # fmt: skip
+            stack.enter_context(progress.running(item.progress))
+            try:
+                outcome, error = await self._execute(item)
+            except asyncio.CancelledError:
+                item.progress.drop()
+                outcome, error = await self._gone_or(claim, (LOST, None))
         summary = redact.describe(item.exc, self.secrets) if item.exc is not None else ""
         return Report(claim.source_id, claim.token, outcome, time.perf_counter() - start, error, summary,
-                      item.traceback, item.after)  # fmt: skip
+                      item.traceback, item.after), item.exc  # fmt: skip
+
+    async def _report(self, claim: items.Claim, fraction: float | None, note: str | None) -> None:
+        """Write one progress report on a short connection of its own (as ``child.Runner``)."""
+        if isinstance(self.engine.pool, StaticPool | SingletonThreadPool):
+            return
+        try:
+            async with self.engine.connect() as conn:
+                await conn.run_sync(lambda c: stored_progress.write(
+                    c, self.table, claim.source_id, claim.token, fraction=fraction,
+                    note=None if note is None else redact.redact(note, self.secrets)))  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - a report lost is not the handler's failure
+            progress.not_recorded(self.config.worker, claim.source_id, redact.describe(exc, self.secrets))
 
     def _describe(self, item: _Item, exc: BaseException) -> str:
         item.exc = exc
@@ -156,6 +198,7 @@ class AsyncRunner:
         claim = item.claim
         after = result.after_seconds if isinstance(result, Unfinished) else None
         try:
+            await item.progress.flush()  # its last report is written before the outcome
             conn = await session.connection()
             if after:
                 current = await conn.run_sync(lambda c: items.unfinish(c, self.table, claim, after=after))
@@ -205,6 +248,7 @@ class AsyncRunner:
     async def _record_failure(self, item: _Item, error: str, exc: BaseException | None, *,
                               final: Outcome = messages.FAILED) -> tuple[Outcome, str | None]:  # fmt: skip
         """Record the failed attempt (retried if the worker's Retry allows, else ``final``)."""
+        await item.progress.flush()  # its last report is kept with the failure
         try:
             async with self.engine.connect() as conn:
                 outcome, item.after = await conn.run_sync(lambda c: items.failed_attempt(
@@ -216,6 +260,8 @@ class AsyncRunner:
         return outcome, error
 
     async def close(self) -> None:
+        if self._capture is not None:
+            logging.getLogger().removeHandler(self._capture)
         if self._own_engine:
             await self.engine.dispose()
 
@@ -254,7 +300,7 @@ async def _serve(config: child.ChildConfig, conn: Any) -> None:
         elif message[0] == messages.CANCEL:
             runner.cancel(message[1])
         else:
-            _, source_id, token, trace = message  # trace: no handler span here yet (docs/otel.md)
+            _, source_id, token, trace = message  # trace: the claim span's, parent of the item's process span
             runner.start(items.Claim(source_id, token, trace=trace), lambda report: send((messages.DONE, report)))
 
     def read() -> None:
@@ -281,4 +327,5 @@ async def _serve(config: child.ChildConfig, conn: Any) -> None:
     finally:
         watch.stop()
         await runner.close()
+        tracing.flush()  # before the process ends: its spans reach the exporter
 

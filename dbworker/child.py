@@ -153,20 +153,11 @@ class Runner:
         (the child of the coordinator's span of the claim), current while the handler runs."""
         if self._tracer is None:
             return self._run(claim)
-        attrs = tracing.item_attributes(self.config.worker, tables.source_key(self.config.source).table.name,
-                                        claim.source_id,
-                                        operation="process", pod=self.claimed_by)  # fmt: skip
-        with self._tracer.start_as_current_span(
-            f"process {self.config.worker}", context=tracing.parent_context(claim.trace),
-            kind=tracing.consumer(), attributes=attrs,
-            record_exception=False, set_status_on_exception=False,
-        ) as span:  # fmt: skip
+        table = tables.source_key(self.config.source).table.name
+        with tracing.process_span(self._tracer, self.config.worker, table, claim.source_id, pod=self.claimed_by,
+                                  parent=claim.trace) as span:  # fmt: skip
             report = self._run(claim)
-            if self._last_exc is not None:
-                span.record_exception(self._last_exc)
-            if report.outcome == messages.RETRIED:
-                span.add_event(tracing.RETRIED, {"dbworker.after_seconds": report.after or 0.0})
-            tracing.set_outcome(span, report.outcome.value, report.summary or report.error)
+            tracing.process_ended(span, report, self._last_exc)
             return report
 
     def _run(self, claim: items.Claim) -> Report:
@@ -202,10 +193,7 @@ class Runner:
                 stored_progress.write(conn, self.table, claim.source_id, claim.token, fraction=fraction,
                                       note=None if note is None else redact.redact(note, self.secrets))  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - a report lost is not the handler's failure
-            logging.getLogger("dbworker").warning(
-                "dbworker worker %s: progress of item %r not recorded: %s",
-                self.config.worker, claim.source_id, redact.describe(exc, self.secrets),
-            )
+            progress.not_recorded(self.config.worker, claim.source_id, redact.describe(exc, self.secrets))
 
     def describe(self, exc: BaseException) -> tuple[str, str]:
         """The exception's text as the work record keeps it (``str(exc)``, else the class name)

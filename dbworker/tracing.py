@@ -18,6 +18,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from dbworker.messages import RETRIED as RETRIED_OUTCOME
+from dbworker.messages import Report
+
 log = logging.getLogger("dbworker")
 
 try:
@@ -207,6 +210,27 @@ def item_attributes(worker: str, source_table: str, key: Any, *, operation: str,
         KEY: str(key),
         POD: pod,
     }
+
+
+def process_span(tracer: Any, worker: str, source_table: str, key: Any, *, pod: str, parent: str | None) -> Any:
+    """The handler process's span of one item (``process <worker>``), the child of the claim
+    span whose ``traceparent`` is ``parent``, current inside the ``with`` (a context manager).
+    Exceptions are recorded by ``process_ended``, not by the ``with``."""
+    return tracer.start_as_current_span(
+        f"process {worker}", context=parent_context(parent), kind=consumer(),
+        attributes=item_attributes(worker, source_table, key, operation="process", pod=pod),
+        record_exception=False, set_status_on_exception=False,
+    )  # fmt: skip
+
+
+def process_ended(span: Any, report: Report, exc: BaseException | None) -> None:
+    """Record on a ``process_span`` how its item ended: the handler's exception, a retry's
+    delay, the outcome."""
+    if exc is not None:
+        span.record_exception(exc)
+    if report.outcome == RETRIED_OUTCOME:
+        span.add_event(RETRIED, {"dbworker.after_seconds": report.after or 0.0})
+    set_outcome(span, report.outcome.value, report.summary or report.error)
 
 
 def set_outcome(span: Any, outcome: str, error: str | None = None) -> None:

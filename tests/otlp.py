@@ -62,6 +62,7 @@ class Received:
                         "resource": resource,
                         "scope": ss.scope.name,
                         "start": s.start_time_unix_nano,
+                        "end": s.end_time_unix_nano,
                     }
                     with self.lock:
                         self.spans.append(span)

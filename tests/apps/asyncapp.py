@@ -5,7 +5,11 @@ Actions: ``finish``; ``fail``; ``bad`` (a wrong return); ``commit`` (awaits sess
 (awaits S seconds, then finishes); ``block:S`` (``time.sleep(S)``: blocks the event loop);
 ``kill`` (SIGKILLs its process); ``killonce`` (the same on its first attempt only);
 ``together:N`` (finishes once N items have started, so N must run at once); ``dbwait``
-(awaits its item's ``release`` flag, read on short connections, then finishes). Each run
+(awaits its item's ``release`` flag, read on short connections, then finishes);
+``progress:N`` (reports k/N, "item I step k" for k = 1..N without awaiting, then as ``dbwait``);
+``progresslate`` (reports 0.1, awaits ``release``, reports 0.9, finishes); ``progressfail``
+(reports 0.25 "quarter", then raises); ``chat:N`` (once N items started, logs 3 WARNING records
+"item I line k", awaiting between them); ``logfail`` (logs one record, then raises). Each run
 that reaches its end writes one ``outputs`` row; ``started`` rows (committed on their own)
 say that an item started and in which process.
 """
@@ -13,6 +17,7 @@ say that an item started and in which process.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import time
@@ -22,7 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import sessionmaker
 
-from dbworker import Coordinator, Finished, Outcome, Retry, Unfinished
+from dbworker import Coordinator, Finished, Outcome, Retry, Unfinished, report_progress
 from tests import pooler
 from tests.apps.basic import Item, Output, Started, create_app_tables
 
@@ -44,6 +49,25 @@ async def handle(item: Item, session: AsyncSession) -> Outcome:
     item.runs += 1
     if action == "fail":
         raise RuntimeError(f"item {item.id} asked to fail")
+    if action == "progress":
+        for k in range(1, int(arg) + 1):
+            report_progress(k / int(arg), f"item {item.id} step {k}")
+        action = "dbwait"
+    if action == "progresslate":
+        report_progress(0.1)
+        await _released(session, item.id)
+        report_progress(0.9)
+    if action == "progressfail":
+        report_progress(0.25, "quarter")
+        raise RuntimeError(f"item {item.id} failed after reporting progress")
+    if action == "chat":
+        await _together(session, int(arg))
+        for k in range(1, 4):
+            logging.getLogger("tests.items").warning("item %d line %d", item.id, k)
+            await asyncio.sleep(0.02)
+    if action == "logfail":
+        logging.getLogger("tests.items").warning("item %d logged", item.id)
+        raise RuntimeError(f"item {item.id} logged and failed")
     if action == "bad":
         return "done"  # type: ignore[return-value]
     if action == "commit":
@@ -57,15 +81,23 @@ async def handle(item: Item, session: AsyncSession) -> Outcome:
     if action == "kill" or (action == "killonce" and await _starts(session, item.id) == 1):
         os.kill(os.getpid(), signal.SIGKILL)
     if action == "together":
-        while await _count(session, sa.select(sa.func.count(sa.distinct(Started.item_id)))) < int(arg):
-            await asyncio.sleep(0.02)
+        await _together(session, int(arg))
     if action == "dbwait":
-        while not await _count(session, sa.select(Item.release).where(Item.id == item.id)):
-            await asyncio.sleep(0.05)
+        await _released(session, item.id)
     session.add(Output(item_id=item.id, run=item.runs, pid=os.getpid()))
     if action == "unfinished" and item.runs < int(arg):
         return Unfinished()
     return Finished()
+
+
+async def _together(session: AsyncSession, n: int) -> None:
+    while await _count(session, sa.select(sa.func.count(sa.distinct(Started.item_id)))) < n:
+        await asyncio.sleep(0.02)
+
+
+async def _released(session: AsyncSession, item_id: int) -> None:
+    while not await _count(session, sa.select(Item.release).where(Item.id == item_id)):
+        await asyncio.sleep(0.05)
 
 
 async def _starts(session: AsyncSession, item_id: int) -> int:

@@ -6,6 +6,7 @@ one ``items`` row per action inside a request span; the last action's row is wri
 Core insert (its context cannot travel). Prints JSON: the ids, the request span's ids.
 ``consume URL LOGFILE TIMEOUT RETRIES ID...``: the "pod": the basic app's coordinator, tracing configured the
 standard way (the ``OTEL_*`` environment), JSON logs to LOGFILE; stops once every item ended.
+``consume-async ...``: the same with the ``asyncapp`` coordinator (an ``async def`` handler).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from sqlalchemy.orm import Session
 
 import dbworker.otel
 from dbworker import ExecutionStatus, Retry, logs
-from tests.apps import basic
+from tests.apps import asyncapp, basic
 
 
 def produce(url: str, actions: list[str]) -> None:
@@ -49,13 +50,15 @@ def produce(url: str, actions: list[str]) -> None:
     print(json.dumps({"ids": ids, "trace_id": f"{ctx.trace_id:032x}", "span_id": f"{ctx.span_id:016x}"}))
 
 
-def consume(url: str, logfile: str, timeout: float | None, retries: int, ids: list[int]) -> None:
+def consume(url: str, logfile: str, timeout: float | None, retries: int, ids: list[int], *,
+            asynchronous: bool = False) -> None:  # fmt: skip
     """``timeout``: the worker's (0: none); ``retries``: attempts its Retry allows (0: no Retry).
     Items whose action is ``dbwait`` are cancelled once their handler started (lease lost)."""
     with open(logfile, "w") as stream:
         logs.setup(fmt="json", stream=stream)
         retry = Retry(max_attempts=retries, delay=0.05, backoff=1.0) if retries else None
-        coordinator = basic.build(url, poll_seconds=0.05, max_poll_seconds=0.5, lease_seconds=3, retry=retry,
+        build = asyncapp.build if asynchronous else basic.build
+        coordinator = build(url, poll_seconds=0.05, max_poll_seconds=0.5, lease_seconds=3, retry=retry,
                                   timeout=timeout or None)  # fmt: skip
         coordinator.start()
         with Session(coordinator.engine) as s:
@@ -82,4 +85,5 @@ if __name__ == "__main__":
     if command == "produce":
         produce(url, rest)
     else:
-        consume(url, rest[0], float(rest[1]), int(rest[2]), [int(i) for i in rest[3:]])
+        consume(url, rest[0], float(rest[1]), int(rest[2]), [int(i) for i in rest[3:]],
+                asynchronous=command == "consume-async")  # fmt: skip

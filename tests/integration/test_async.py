@@ -251,3 +251,72 @@ def test_inspect_and_the_console_show_an_async_workers_processes(app: App) -> No
     [summary] = queries.overview(c)
     assert (summary.concurrency, summary.processes, summary.asynchronous) == (200, 2, True)
     assert summary.as_json()["processes"] == 2
+
+
+def _progress(app: App, item_id: int) -> dict[str, Any] | None:
+    state = app.state(item_id)
+    assert state is not None
+    return state["progress"]
+
+
+def test_each_coroutine_reports_its_own_items_progress(app: App) -> None:
+    c = _coordinator(app, concurrency=4)
+    many, few, failing = app.add("progress:200", "progress:4", "progressfail")
+    c.start()
+    # Both run in one process at once; each one's newest report lands on its own item.
+    wait_until(lambda: all((_progress(app, i) or {}).get("fraction") == 1.0 for i in (many, few)),
+               timeout=60, what="the last progress report of both items")  # fmt: skip
+    assert len({s.pid for s in app.started()}) == 1
+    assert (_progress(app, many) or {})["note"] == f"item {many} step 200"
+    assert (_progress(app, few) or {})["note"] == f"item {few} step 4"
+    assert app.status(many) is app.status(few) is ExecutionStatus.WORKING  # seen before the outcome
+    # A report made just before raising is written before the failure is recorded, and kept.
+    app.wait_status([failing])
+    assert c.workers["items"].progress(app.db.engine) == (2, 1.0)  # the working items only
+    assert app.status(failing) is ExecutionStatus.FAILED and app.outputs(failing) == []
+    assert (_progress(app, failing) or {})["fraction"] == 0.25
+    for i in (many, few):
+        app.update_item(i, release=True)
+    app.wait_status([many, few], FINISHED)
+
+
+def test_progress_after_the_claim_was_lost_is_ignored(app: App) -> None:
+    c = _coordinator(app, concurrency=4)
+    outcomes = Outcomes()
+    c.add_observer(outcomes)
+    [i] = app.add("progresslate")
+    c.start()
+    wait_until(lambda: _progress(app, i) is not None, timeout=60, what="the first report")
+    with Session(app.db.engine) as s:
+        assert c.workers["items"].cancel(s, i) is True
+        s.commit()
+    app.update_item(i, release=True)  # the coroutine reports 0.9 on a claim no longer its own
+    wait_until(lambda: "lost" in outcomes.seen, timeout=60, what="the lost claim")
+    assert (_progress(app, i) or {})["fraction"] == 0.1 and app.outputs(i) == []
+
+
+def test_each_coroutine_keeps_its_own_log_records(app: App) -> None:
+    c = _coordinator(app, concurrency=4)
+    a, b, failing = app.add("chat:2", "chat:2", "logfail")
+    c.start()
+    app.wait_status([a, b, failing])
+    assert len({s.pid for s in app.started()}) == 1  # interleaved on one event loop
+    for i in (a, b):
+        state = app.state(i)
+        assert state is not None and state["execution_status"] is ExecutionStatus.FINISHED
+        [attempt] = state["history"]
+        assert [r["message"] for r in attempt["logs"]] == [f"item {i} line {k}" for k in (1, 2, 3)]
+        assert {r["logger"] for r in attempt["logs"]} == {"tests.items"}
+    state = app.state(failing)
+    assert state is not None and state["execution_status"] is ExecutionStatus.FAILED
+    [attempt] = state["history"]
+    assert attempt["outcome"] == "failed" and [r["message"] for r in attempt["logs"]] == [f"item {failing} logged"]
+
+
+def test_history_logs_off_keeps_no_records_of_coroutines(app: App) -> None:
+    c = _coordinator(app, history_logs=False)
+    [i] = app.add("chat:1")
+    c.start()
+    app.wait_status([i], FINISHED)
+    state = app.state(i)
+    assert state is not None and [a["logs"] for a in state["history"]] == [[]]

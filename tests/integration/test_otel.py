@@ -144,3 +144,42 @@ def test_crashes_timeouts_and_lost_claims_end_the_claim_span_with_their_outcome(
         if events:
             assert events & {e["name"] for e in claim["events"]}, claim["events"]
     assert "killed by SIGKILL" in _of(spans, "claim items", crash)[0]["status_message"]
+
+
+def test_each_coroutine_of_an_async_handler_has_its_process_span(db: Database, tmp_path: Path) -> None:
+    basic.build(db.url)
+    with receiver() as (endpoint, got):
+        made = json.loads(_run(["produce", db.url, "together:4", "together:4", "together:4", "fail", "finish"],
+                               _env(endpoint, "api")))  # fmt: skip
+        *together, fail, core = made["ids"]
+        _run(["consume-async", db.url, str(tmp_path / "pod.log"), "0", "2", *map(str, made["ids"])],
+             _env(endpoint, "pod"))  # fmt: skip
+
+        def complete() -> bool:
+            spans = got.all_spans()
+            return len(_of(spans, "process items", fail)) >= 2 and all(_of(spans, "process items", i) for i in together)
+
+        wait_until(complete, timeout=60, what="the process spans of every async item at the receiver")
+        spans = got.all_spans()
+
+    [request] = [s for s in spans if s["name"] == "POST /items"]
+    processes = []
+    for key in together:  # ran at once, each in a span of its own, the child of its claim's
+        [claim] = _of(spans, "claim items", key)
+        [process] = _of(spans, "process items", key)
+        assert process["trace_id"] == claim["trace_id"] == request["trace_id"]
+        assert process["parent_id"] == claim["span_id"] and process["kind"] == 5
+        attrs = process["attributes"]
+        assert attrs["messaging.operation.type"] == "process" and attrs["dbworker.outcome"] == "finished"
+        assert attrs["dbworker.worker"] == "items" and attrs["dbworker.key"] == str(key)
+        assert process["resource"]["service.name"] == "pod" and process["status"] != 2
+        processes.append(process)
+    assert max(p["start"] for p in processes) < min(p["end"] for p in processes)  # overlapping
+    failures = _of(spans, "process items", fail)
+    assert [f["attributes"]["dbworker.outcome"] for f in failures] == ["retried", "failed"]
+    assert [f["parent_id"] for f in failures] == [c["span_id"] for c in _of(spans, "claim items", fail)]
+    for failed in failures:
+        [exc] = [e for e in failed["events"] if e["name"] == "exception"]
+        assert failed["status"] == 2 and "asked to fail" in exc["attributes"]["exception.message"]
+    [alone] = _of(spans, "claim items", core)
+    assert _of(spans, "process items", core)[0]["parent_id"] == alone["span_id"]

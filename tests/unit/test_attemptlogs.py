@@ -80,3 +80,26 @@ def test_decode_tolerates_what_it_did_not_write() -> None:
     assert attemptlogs.decode(None) == [] and attemptlogs.decode("not json") == []
     assert attemptlogs.decode(json.dumps({"a": 1})) == [] and attemptlogs.decode('[1, {"m": "x"}]') == [{"m": "x"}]
     assert attemptlogs.encode([]) is None
+
+
+def test_each_task_inside_attempt_keeps_only_its_own_records() -> None:
+    import asyncio
+
+    capture = attemptlogs.Capture()
+    log = _logger(capture)
+
+    async def item(name: str) -> str | None:
+        with capture.attempt() as records:
+            for k in range(3):
+                log.warning("%s %d", name, k)
+                await asyncio.sleep(0)  # the other task logs in between
+            await asyncio.to_thread(log.warning, "%s thread", name)  # copies the task's context
+            return records.text()
+
+    async def both() -> list[str | None]:
+        return list(await asyncio.gather(item("a"), item("b")))
+
+    for name, text in zip("ab", asyncio.run(both()), strict=True):
+        assert [r["message"] for r in attemptlogs.decode(text)] == [f"{name} {k}" for k in range(3)] + [f"{name} thread"]
+    log.warning("outside any attempt")
+    assert capture.text() is None  # nor in the process-wide records (not started)
