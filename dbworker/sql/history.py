@@ -132,14 +132,17 @@ def recorded(update: sa.Update, table: sa.Table) -> sa.Insert:
     """
     h = table.c
     done = update.returning(update.table.c.source_id).cte("dbw_done")
+    # The CTE's key named, not read from ``done.c``: SQLAlchemy leaves that collection empty
+    # when the same prebuilt UPDATE fed a CTE before (a second engine in one process).
+    sid = sa.literal_column("dbw_done.source_id", type_=h.source_id.type)
     rows = sa.select(
-        done.c.source_id,
+        sid,
         sa.bindparam("dbw_started", type_=h.started_at.type),
         dialects.server_now(),
         sa.bindparam("dbw_outcome", type_=h.outcome.type),
         sa.bindparam("dbw_claimer", type_=h.claimed_by.type),
         sa.bindparam("dbw_logs", type_=h.logs.type),
-    )
+    ).select_from(done)
     columns = ["source_id", "started_at", "ended_at", "outcome", "claimed_by", "logs"]
     # RETURNING, not the row count: SQLAlchemy keeps an INSERT's row count only when asked.
     return sa.insert(table).from_select(columns, rows).add_cte(done).returning(h.source_id)

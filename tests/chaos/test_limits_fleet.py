@@ -40,7 +40,7 @@ def test_eight_coordinators_never_exceed_the_limits(db: Database, processes: Pro
     assert limited.most_at_once([(s.started, s.ended) for s in spans]) <= 6
     for customer in range(5):
         assert limited.most_at_once([(s.started, s.ended) for s in spans if s.customer == customer]) <= 2
-    assert len({s.pid for s in spans}) > 2  # handlers of several pods took part
+    assert len({s.pid for s in spans}) >= 2  # handlers of more than one process took part
     made.abort()
 
 

@@ -1,4 +1,5 @@
-"""A tiny dbworker application for the chart tests: one SQLite table of items, one worker.
+"""A tiny dbworker application for the chart tests: one SQLite table of items, a sync and an
+async worker.
 
 `dbworker run tests.chart.app:coordinator` runs it; the database file comes from the
 environment variable CHART_APP_DATABASE_URL, as a real application's URL would. Items whose
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from dbworker import Coordinator, Finished, Outcome
@@ -43,4 +45,11 @@ coordinator = Coordinator(sessionmaker(engine), database_url=database_url(), pol
 def touch(item: Item, session: Session) -> Outcome:
     if item.fail:
         raise RuntimeError(f"item {item.id} asked to fail")
+    return Finished()
+
+
+# An async worker on the same rows, so the async panels (event-loop lag, items in flight) have
+# series to read.
+@coordinator.transactional_worker(name="await", source=Item, concurrency=4)
+async def await_item(item: Item, session: AsyncSession) -> Outcome:
     return Finished()

@@ -217,7 +217,7 @@ def test_dashboard_variables_list_the_namespace_and_worker(prometheus: str) -> N
         series = api(prometheus, "/api/v1/series", **params)
         found[label] = {s[label] for s in series if label in s}
         assert found[label], f"{where}: no values"
-    assert found == {"namespace": {NAMESPACE}, "worker": {"touch"}}
+    assert found == {"namespace": {NAMESPACE}, "worker": {"touch", "await"}}
 
 
 def test_prometheus_evaluates_the_alert_rules_on_live_series(prometheus: str) -> None:

@@ -58,7 +58,7 @@ def test_there_are_the_objects_the_readme_promises() -> None:
     kinds = sorted((d["kind"], d["metadata"]["name"]) for d in documents())
     assert ("Deployment", "imagededup-api") in kinds and ("Service", "imagededup-api") in kinds
     assert ("Secret", "imagededup-database") in kinds
-    assert [d["metadata"]["name"] for d in workers()] == ["imagededup-hash", "imagededup-compare"]
+    assert [d["metadata"]["name"] for d in workers()] == ["imagededup-hash", "imagededup-compare", "imagededup-digest"]
     assert all(d["metadata"].get("namespace", "imagededup") == "imagededup" for d in documents())
 
 
