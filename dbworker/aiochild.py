@@ -17,10 +17,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.pool import SingletonThreadPool, StaticPool
 
 from dbworker import attemptlogs, child, loopwatch, messages, progress, redact, tracing
@@ -29,6 +28,9 @@ from dbworker.contract import Outcome as HandlerOutcome
 from dbworker.messages import DELETED, FINISHED, LOST, RETRY, TIMED_OUT, UNFINISHED, Outcome, Report
 from dbworker.sql import claimer, dialects, drivers, history, items, statements, tables
 from dbworker.sql import progress as stored_progress
+
+if TYPE_CHECKING:  # imported where used: SQLAlchemy's asyncio needs greenlet (the `async` extra)
+    from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 log = logging.getLogger("dbworker")
 _TASK_PREFIX = "dbworker-item-"  # + the claim token: how the loop watch names the item that blocks
@@ -55,6 +57,8 @@ class AsyncRunner:
     """Runs items of one worker as coroutines on one async engine (``engine``: the caller's)."""
 
     def __init__(self, config: child.ChildConfig, *, engine: AsyncEngine | None = None) -> None:
+        from sqlalchemy.ext.asyncio import create_async_engine
+
         self.config = config
         self._own_engine = engine is None
         self.engine = engine or create_async_engine(
@@ -154,6 +158,8 @@ class AsyncRunner:
         claim, retry = item.claim, self.config.retry
         if retry is not None and not await self._attempt_allowed(claim, retry.max_attempts):
             return messages.FAILED, "handler process died on its last allowed attempt (its lease expired)"
+        from sqlalchemy.ext.asyncio import AsyncSession
+
         session = AsyncSession(self.engine, sync_session_class=child.HandlerSession, expire_on_commit=False)
         try:
             try:
