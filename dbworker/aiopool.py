@@ -23,7 +23,7 @@ from typing import Any
 from dbworker import aiochild, child, messages
 from dbworker.backoff import Backoff
 from dbworker.messages import Outcome
-from dbworker.pool import CONTEXT, Died, Done, Event, State
+from dbworker.pool import CONTEXT, Died, Done, Event, State, kill, poll, stop
 from dbworker.sql.items import Claim
 from dbworker.tuning import (
     LOOP_BLOCKED_SECONDS,
@@ -154,7 +154,7 @@ class AsyncPool:
         events: list[Event | Health] = []
         for p in live:
             assert p.conn is not None and p.process is not None
-            while p.conn in ready and _poll(p.conn):
+            while p.conn in ready and poll(p.conn):
                 try:
                     message = p.conn.recv()
                 except (EOFError, OSError):
@@ -262,36 +262,10 @@ class AsyncPool:
         """Kill every process of the pool now (any thread): the last resort of a stop."""
         with self._lock:
             processes = [p.process for p in self._procs if p.process is not None]
-        for process in processes:
-            if process.is_alive():
-                process.kill()
-        for process in processes:
-            process.join(timeout=5)
+        kill(processes)
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Tell processes to exit, wait up to ``timeout``, kill what remains."""
         with self._lock:
             procs, self._procs = list(self._procs), []
-        for p in procs:
-            if p.conn is not None and p.state is not State.DEAD:
-                try:
-                    p.conn.send(messages.STOP)
-                except OSError:
-                    pass
-        deadline = time.monotonic() + timeout
-        for p in procs:
-            if p.process is None:
-                continue
-            p.process.join(timeout=max(0.0, deadline - time.monotonic()))
-            if p.process.is_alive():
-                p.process.kill()
-                p.process.join(timeout=5)
-            if p.conn is not None:
-                p.conn.close()
-
-
-def _poll(conn: Connection) -> bool:
-    try:
-        return conn.poll()
-    except (EOFError, OSError):
-        return False
+        stop(procs, timeout)

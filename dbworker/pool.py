@@ -18,10 +18,11 @@ import multiprocessing
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import Any, Protocol
 
 from dbworker import child, messages
 from dbworker.backoff import Backoff
@@ -262,7 +263,7 @@ class Pool:
         for s in live:
             assert s.conn is not None and s.process is not None
             # Messages first: a process that reported and then died still reported.
-            while s.conn in ready and self._poll(s.conn):
+            while s.conn in ready and poll(s.conn):
                 try:
                     message = s.conn.recv()
                 except (EOFError, OSError):
@@ -271,13 +272,6 @@ class Pool:
             if s.process.sentinel in ready or not s.process.is_alive():
                 events.append(self._on_death(s))
         return events, [h for h in ready if h in extra]
-
-    @staticmethod
-    def _poll(conn: Connection) -> bool:
-        try:
-            return conn.poll()
-        except (EOFError, OSError):
-            return False
 
     def _on_message(self, slot: Slot, message: tuple[Any, ...]) -> list[Event]:
         if message[0] == messages.READY:
@@ -379,30 +373,56 @@ class Pool:
         """Kill every process of the pool now (any thread): the last resort of a stop."""
         with self._lock:
             processes = [s.process for s in self._slots if s.process is not None]
-        for process in processes:
-            if process.is_alive():
-                process.kill()
-        for process in processes:
-            process.join(timeout=5)
+        kill(processes)
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Tell idle processes to exit, wait up to ``timeout``, kill what remains."""
         with self._lock:
-            slots = list(self._slots)
-            self._slots = []
-        for s in slots:
-            if s.conn is not None and s.state is not State.DEAD:
-                try:
-                    s.conn.send(messages.STOP)
-                except OSError:
-                    pass
-        deadline = time.monotonic() + timeout
-        for s in slots:
-            if s.process is None:
-                continue
-            s.process.join(timeout=max(0.0, deadline - time.monotonic()))
-            if s.process.is_alive():
-                s.process.kill()
-                s.process.join(timeout=5)
-            if s.conn is not None:
-                s.conn.close()
+            slots, self._slots = list(self._slots), []
+        stop(slots, timeout)
+
+
+class Handle(Protocol):
+    """What ``stop`` needs of a handler process's record (a ``Slot``, an async pool's ``Proc``)."""
+
+    process: BaseProcess | None
+    conn: Connection | None
+    state: State
+
+
+def kill(processes: list[BaseProcess]) -> None:
+    """Kill ``processes`` now and reap them."""
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+    for process in processes:
+        process.join(timeout=5)
+
+
+def stop(handles: Sequence[Handle], timeout: float) -> None:
+    """Tell each process of ``handles`` to exit, wait up to ``timeout`` in all, kill what remains,
+    close the pipes."""
+    for h in handles:
+        if h.conn is not None and h.state is not State.DEAD:
+            try:
+                h.conn.send(messages.STOP)
+            except OSError:
+                pass
+    deadline = time.monotonic() + timeout
+    for h in handles:
+        if h.process is None:
+            continue
+        h.process.join(timeout=max(0.0, deadline - time.monotonic()))
+        if h.process.is_alive():
+            h.process.kill()
+            h.process.join(timeout=5)
+        if h.conn is not None:
+            h.conn.close()
+
+
+def poll(conn: Connection) -> bool:
+    """Whether ``conn`` has a message; False once the other end is gone."""
+    try:
+        return conn.poll()
+    except (EOFError, OSError):
+        return False
