@@ -122,10 +122,13 @@ def _claim_named(
 ) -> Round:
     """The rows named by ``keys`` that the eligible query returns; no cursor is involved."""
     query = statements.named_candidates(st, key, statements.eligible_query(eligible, key), caps, keys)
-    params: dict[str, Any] = {"dbw_limit": limit}
-    if caps.name == "postgresql":
-        params["dbw_keys"] = list(keys)
-    return _take_candidates(conn, st, query, params, lease, swept=False)
+    return _take_candidates(conn, st, query, _named_params(caps, keys, limit), lease, swept=False)
+
+
+def _named_params(caps: dialects.Capabilities, keys: Sequence[Any], limit: int) -> dict[str, Any]:
+    """The parameters of ``statements.named_candidates``: the keys bound as one array where the
+    server takes them as text; elsewhere they are in the statement's IN list."""
+    return {"dbw_limit": limit, "dbw_keys": list(keys)} if caps.keys_as_text else {"dbw_limit": limit}
 
 
 def _claim_next(
@@ -267,11 +270,8 @@ def named_claimable(
     caps = dialects.of(conn)
     st = statements.prebuilt(table, key, caps)
     query = statements.named_candidates(st, key, statements.eligible_query(eligible, key), caps, keys, locked=False)
-    params: dict[str, Any] = {"dbw_limit": len(keys)}
-    if caps.name == "postgresql":
-        params["dbw_keys"] = list(keys)
     with transactions.committed(conn):
-        return list(conn.execute(query, params).scalars())
+        return list(conn.execute(query, _named_params(caps, keys, len(keys))).scalars())
 
 
 def _lowest_claimable(
