@@ -125,7 +125,8 @@ class AsyncRunner:
         with contextlib.ExitStack() as stack:
             records = None if self._capture is None else stack.enter_context(self._capture.attempt())
             item = _Item(claim, history.Attempt(self.history, history.utcnow(), self.claimed_by,
-                                                None if records is None else records.text),
+                                                None if records is None else records.text,
+                                                None if self._tracer is None else tracing.recording_ids()),
                          progress.Coalesced(lambda fraction, note: self._report(claim, fraction, note)))  # fmt: skip
             stack.enter_context(progress.running(item.progress))
             try:

@@ -167,7 +167,8 @@ class Runner:
         self._after: float | None = None
         capture = self._capture
         self._attempt = history.Attempt(self.history, history.utcnow(), self.claimed_by,
-                                        None if capture is None else capture.text)  # fmt: skip
+                                        None if capture is None else capture.text,
+                                        None if self._tracer is None else tracing.recording_ids())  # fmt: skip
         if capture is not None:
             capture.start()
         try:

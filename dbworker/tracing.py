@@ -251,6 +251,23 @@ def current_ids() -> tuple[str, str] | None:
     return f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"
 
 
+def recording_ids() -> tuple[str, str] | None:
+    """``current_ids`` when the current span records (what an attempt's history row keeps:
+    a span sampled away is never exported, so its ids would name nothing)."""
+    if otel_trace is None or not otel_trace.get_current_span().is_recording():
+        return None
+    return current_ids()
+
+
+def ids_of(header: str | None) -> tuple[str, str] | None:
+    """(trace id, span id) in hex of a sampled span's ``traceparent`` (None for None, a
+    malformed one, or one sampled away: never exported)."""
+    parts = (header or "").split("-")
+    if len(parts) != 4 or len(parts[1]) != 32 or len(parts[2]) != 16 or parts[3] not in ("01", "03"):
+        return None
+    return parts[1], parts[2]
+
+
 def consumer() -> Any:
     """The span kind of every span of an item (``SpanKind.CONSUMER``)."""
     assert otel_trace is not None

@@ -23,8 +23,8 @@ from dbworker.console.context import (
 router = APIRouter(prefix="/api", tags=["api"])
 
 StatusFilter = Annotated[str | None, Query(description="only items in this status: failed, working, unfinished or finished")]
-Moment = Annotated[str | None, Query(description="ISO 8601 (UTC without an offset), on the item's ended_at (when it "
-                                                 "last finished or failed)")]  # fmt: skip
+Moment = Annotated[str | None, Query(description="ISO 8601 (UTC without an offset), on the item's last change (the "
+                                                 "later of its latest claim and its end)")]  # fmt: skip
 
 
 @router.get("/workers", summary="Every worker: counts, claimable, running by pod, failures in the last hour, pause")
@@ -66,7 +66,7 @@ def items(
 def item(request: Request, worker: str, item_id: str) -> dict[str, Any]:
     console = console_of(request)
     name = worker_or_404(console, worker)
-    found = queries.item(console.coordinator, name, key_or_400(console, name, item_id))
+    found = queries.item(console.coordinator, name, key_or_400(console, name, item_id), trace_url=console.trace_url)
     if found is None:
         raise HTTPException(404, f"worker {name!r} has no item {item_id!r} (no work record and no source row)")
     found["source"] = None if found["source"] is None else dict(found["source"])

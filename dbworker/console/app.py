@@ -24,7 +24,7 @@ from fastapi.staticfiles import StaticFiles
 
 import dbworker
 from dbworker import redact
-from dbworker.console import api, auth, pages
+from dbworker.console import api, auth, pages, tracelinks
 from dbworker.console.context import Console
 
 log = logging.getLogger("dbworker.console")
@@ -43,8 +43,12 @@ SECURITY_HEADERS = {
 }
 
 
-def build(coordinator: dbworker.Coordinator, *, tokens: dict[str, str], read_only: bool) -> FastAPI:
-    """The console over ``coordinator``, signing in with ``tokens`` (name -> secret)."""
+def build(coordinator: dbworker.Coordinator, *, tokens: dict[str, str], read_only: bool,
+          trace_url: str | None = None) -> FastAPI:
+    """The console over ``coordinator``, signing in with ``tokens`` (name -> secret);
+    ``trace_url``: the trace UI's address template (``tracelinks``; ``ValueError`` if wrong)."""
+    if trace_url is not None:
+        trace_url = tracelinks.check(trace_url)
     application = FastAPI(
         title="dbworker console API",
         version=dbworker.__version__,
@@ -54,7 +58,7 @@ def build(coordinator: dbworker.Coordinator, *, tokens: dict[str, str], read_onl
         redoc_url=None,
         openapi_url="/api/openapi.json",
     )
-    console = Console(coordinator=coordinator, auth=auth.Auth(tokens), read_only=read_only)
+    console = Console(coordinator=coordinator, auth=auth.Auth(tokens), read_only=read_only, trace_url=trace_url)
     application.state.console = console
     application.mount("/static", StaticFiles(directory=str(Path(__file__).with_name("static"))), name="static")
     application.include_router(api.router)

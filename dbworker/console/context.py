@@ -23,6 +23,7 @@ class Console:
     auth: Auth
     read_only: bool
     throttle: Throttle = field(default_factory=Throttle)  # failed sign-ins per client
+    trace_url: str | None = None  # the trace UI's address template (tracelinks), or None
 
 
 def console_of(request: Request) -> Console:

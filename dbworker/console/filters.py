@@ -60,7 +60,7 @@ class ItemFilter:
     """What a page of items is narrowed to; every field empty: all items."""
 
     status: str | None = None
-    since: dt.datetime | None = None  # naive UTC, on the work record's ended_at
+    since: dt.datetime | None = None  # naive UTC, on the item's last change (``changed``)
     until: dt.datetime | None = None
     error: str | None = None
     columns: tuple[ColumnTest, ...] = ()
@@ -90,10 +90,8 @@ class ItemFilter:
         found: list[sa.ColumnElement[bool]] = []
         if self.status:
             found.append(w.execution_status == self.status)
-        if self.since is not None:
-            found.append(w.ended_at >= self.since)
-        if self.until is not None:
-            found.append(w.ended_at <= self.until)
+        if self.since is not None or self.until is not None:
+            found.append(changed(work, self.since, self.until))
         if self.error:
             found.append(w.error.icontains(self.error, autoescape=True))
         for test in self.columns:
@@ -105,6 +103,28 @@ class ItemFilter:
     @property
     def needs_source(self) -> bool:
         return bool(self.columns)
+
+
+def changed(work: sa.Table, since: dt.datetime | None, until: dt.datetime | None) -> sa.ColumnElement[bool]:
+    """The item's last change, the later of its latest claim (``claimed_at``) and its end
+    (``ended_at``), within ``[since, until]`` (either may be None); NULL times never match.
+
+    Written as an OR of a range on each indexed column (the later of two times is in the
+    range only if one of them is), which servers answer from the two indexes (PostgreSQL's
+    BitmapOr, MariaDB's index merge), and, to be exact, neither time past ``until``.
+    """
+    w = work.c
+
+    def within(column: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
+        tests = [] if since is None else [column >= since]
+        tests += [] if until is None else [column <= until]
+        return sa.and_(*tests)
+
+    found = sa.or_(within(w.claimed_at), within(w.ended_at))
+    if until is None:
+        return found
+    return sa.and_(found, sa.or_(w.claimed_at.is_(None), w.claimed_at <= until),
+                   sa.or_(w.ended_at.is_(None), w.ended_at <= until))  # fmt: skip
 
 
 def offered(source: Any) -> list[sa.Column[Any]]:

@@ -127,7 +127,7 @@ async def set_action(request: Request, worker: str, action: str) -> Response:
 def item_page(request: Request, worker: str, item_id: str) -> Response:
     console = console_of(request)
     name = worker_or_404(console, worker)
-    found = queries.item(console.coordinator, name, key_or_400(console, name, item_id))
+    found = queries.item(console.coordinator, name, key_or_400(console, name, item_id), trace_url=console.trace_url)
     if found is None:
         raise HTTPException(404, f"worker {name!r} has no item {item_id!r} (no work record and no source row)")
     return render(request, "item.html", worker=name, item=found)

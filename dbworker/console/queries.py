@@ -20,7 +20,7 @@ from sqlalchemy import orm
 
 import dbworker
 from dbworker import redact
-from dbworker.console import filters, timeline
+from dbworker.console import filters, timeline, tracelinks
 from dbworker.sql import browse, claimer, keys, pauses, tables
 from dbworker.wakeups import dependencies
 
@@ -193,8 +193,10 @@ def items(
     return [item_row(r, now) for r in found.rows], (found.last_key if found.more else None)
 
 
-def item(coordinator: dbworker.Coordinator, worker: str, source_id: Any) -> dict[str, Any] | None:
-    """One item: its work state (traceback included), the source row's columns; None if neither exists."""
+def item(coordinator: dbworker.Coordinator, worker: str, source_id: Any, *,
+         trace_url: str | None = None) -> dict[str, Any] | None:  # fmt: skip
+    """One item: its work state (traceback included), the source row's columns; None if neither
+    exists. ``trace_url``: the trace UI's template, linking each traced attempt (``tracelinks``)."""
     view = coordinator.workers[worker]
     with orm.Session(coordinator.engine) as session:
         state = view.state(session, source_id)
@@ -209,7 +211,7 @@ def item(coordinator: dbworker.Coordinator, worker: str, source_id: Any) -> dict
         raw["execution_status"] = raw["execution_status"].value
         attempts = state.get("history") or []
         spans = [(_as_datetime(a["started_at"]), _as_datetime(a["ended_at"]) or now) for a in attempts]
-        history = [_attempt(a) | {"bar": bar} for a, bar in zip(attempts, timeline.bars(spans), strict=True)]
+        history = [_attempt(a, trace_url) | {"bar": bar} for a, bar in zip(attempts, timeline.bars(spans), strict=True)]
         span = timeline.axis(spans)
         record = item_row(raw, now) | {
             "traceback": state.get("traceback"), "progress": _progress(state.get("progress")), "history": history,
@@ -267,8 +269,9 @@ def _progress(report: dict[str, Any] | None) -> dict[str, Any] | None:
     return {"fraction": report["fraction"], "note": report["note"], "at": _iso(_as_datetime(report["at"]))}
 
 
-def _attempt(attempt: dict[str, Any]) -> dict[str, Any]:
-    """One attempt of the history as pages and the API show it: times as ISO text, pod and pid."""
+def _attempt(attempt: dict[str, Any], trace_url: str | None) -> dict[str, Any]:
+    """One attempt of the history as pages and the API show it: times as ISO text, pod and
+    pid, its trace's ids and (with a template) address."""
     pod, pid = claimer.split(attempt.get("claimed_by"))
     return {
         "started_at": _iso(_as_datetime(attempt["started_at"])),
@@ -280,6 +283,9 @@ def _attempt(attempt: dict[str, Any]) -> dict[str, Any]:
         "pod": pod,
         "pid": pid,
         "logs": list(attempt.get("logs") or []),
+        "trace_id": attempt.get("trace_id"),
+        "span_id": attempt.get("span_id"),
+        "trace_url": tracelinks.link(trace_url, attempt.get("trace_id"), attempt.get("span_id")),
     }
 
 

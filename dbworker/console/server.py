@@ -29,12 +29,14 @@ class Config:
     port: int
     tokens: Mapping[str, str] = field(default_factory=dict, repr=False)
     read_only: bool = False
+    trace_url: str | None = None  # tracelinks' template (checked)
 
 
 def serve(coordinator: dbworker.Coordinator, config: Config) -> int:
     """Serve until SIGINT/SIGTERM; 0 after a clean stop."""
     check_port(config.host, config.port)
-    application = app.build(coordinator, tokens=dict(config.tokens), read_only=config.read_only)
+    application = app.build(coordinator, tokens=dict(config.tokens), read_only=config.read_only,
+                            trace_url=config.trace_url)
     mode = "read-only" if config.read_only else "actions allowed"
     signin = f"{len(config.tokens)} token(s)" if config.tokens else "no token (loopback only)"
     log.info("dbworker console on http://%s:%d/ (%s, %s)", config.host, config.port, signin, mode)

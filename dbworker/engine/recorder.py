@@ -161,7 +161,8 @@ class Recorder:
         w = self._ctx.worker
         started = None if since is None else history.utcnow() - dt.timedelta(seconds=time.monotonic() - since)
         kept = history.history_table(w.table) if self._ctx.settings.history_attempts else None
-        record = history.Attempt(kept, started, claimer.identity())
+        # Its process span died with the process: the claim span's ids stand for the attempt.
+        record = history.Attempt(kept, started, claimer.identity(), trace=tracing.ids_of(claim.trace))
         try:
             with connect(self._ctx.engine) as conn:
                 outcome, after = items.failed_attempt(conn, w.table, claim, error=error, retry=w.retry, final=final,

@@ -5,7 +5,9 @@ Started when a claim hands items out: one read of the source's trace table
 becomes its child: request and handler in one trace), and the work table's attempt count.
 The span's own ``traceparent`` goes with the claim to the handler process, whose span is its
 child. Ended by the recorder with the outcome; lease loss, give-backs, recalls and timeouts
-are events on it. A span of an earlier attempt of the same item claimed here is linked.
+are events on it. A span of an earlier attempt of the same item claimed here is linked. An
+item with no writer's context gets its first claim span's stored instead (``_keep_first``),
+so every later attempt, on any pod, is in that attempt's trace.
 Only built when tracing is on (``tracing.tracer()``); otherwise none of this runs.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -25,6 +28,8 @@ from dbworker import tracing
 from dbworker.sql import claimer, dialects, traces
 from dbworker.sql.items import Claim
 from dbworker.workers import RegisteredWorker
+
+log = logging.getLogger("dbworker")
 
 _REMEMBERED = 10_000  # earlier attempts' span contexts kept for links, per worker
 
@@ -49,7 +54,7 @@ class ItemSpans:
         if not claimed:
             return claimed
         producers, attempts = self._read([c.source_id for c in claimed])
-        out = []
+        out, first = [], []
         for claim in claimed:
             parent = tracing.parent_context(producers.get(claim.source_id))
             with self._lock:
@@ -69,8 +74,27 @@ class ItemSpans:
                 self._earlier.move_to_end(claim.source_id)
                 while len(self._earlier) > _REMEMBERED:
                     self._earlier.popitem(last=False)
-            out.append(dataclasses.replace(claim, trace=tracing.traceparent(span)))
+            header = tracing.traceparent(span)
+            if claim.source_id not in producers and header is not None and span.is_recording():
+                first.append((claim.source_id, header))
+            out.append(dataclasses.replace(claim, trace=header))
+        self._keep_first(first)
         return out
+
+    def _keep_first(self, first: list[tuple[Any, str]]) -> None:
+        """Store the claim span of attempts whose item had no stored context (rows written
+        with no span, or by another program) in the trace table, unless a writer's context
+        got there first: the item's later attempts, claimed by any pod, even after a restart,
+        are then its children, in one trace. One short write per claim batch, only for such
+        items and only while tracing records; a failure costs that link only."""
+        if not first or not self._readable:
+            return
+        try:
+            with dialects.connect(self._engine) as conn:
+                traces.keep_first(conn, self._traces, first)
+                conn.commit()
+        except sa.exc.DBAPIError as exc:  # a source row deleted meanwhile, the trace table missing
+            log.debug("dbworker: attempts' trace context not stored (%s)", type(exc).__name__)
 
     def _read(self, keys: list[Any]) -> tuple[dict[Any, str], dict[Any, int]]:
         """The writers' traceparents and the items' attempt counts, in one read."""

@@ -90,7 +90,8 @@ def _console(options: opts.Options, coordinator: dbworker.Coordinator) -> int:
     app.ping(coordinator)
     app.require_tables(coordinator, list(coordinator.workers), options)
     config = server.Config(
-        host=options["host"], port=options["port"], tokens=options["token"], read_only=options["read_only"]
+        host=options["host"], port=options["port"], tokens=options["token"], read_only=options["read_only"],
+        trace_url=options["trace_url"],
     )
     try:
         return server.serve(coordinator, config)

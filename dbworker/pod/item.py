@@ -59,6 +59,7 @@ def render(worker: str, source_id: Any, state: Mapping[str, Any]) -> str:
         lines.append(
             f"  {attempt['started_at'] or '?'} .. {attempt['ended_at']}  {attempt['outcome']:<10} "
             f"on {attempt['claimed_by'] or '?'}{error}"
+            + (f"  trace {attempt['trace_id']}" if attempt.get("trace_id") else "")
         )
         for record in attempt.get("logs") or []:  # its log records, one line each
             lines.append(f"    {record.get('at')} {record.get('level')} {record.get('logger')}: "

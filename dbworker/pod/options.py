@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from dbworker import bounds, settings
-from dbworker.console import tokens
+from dbworker.console import tokens, tracelinks
 from dbworker.pod import termination
 
 ENV_PREFIX = "DBWORKER_"
@@ -69,6 +69,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("--host", "str", "address the console listens on; without a token only a loopback address is allowed", ("console",), default="127.0.0.1", metavar="HOST"),
     Option("--token", "list", "sign-in token, SECRET or NAME=SECRET (NAME is logged with each action); repeatable, the variable takes a comma-separated list", ("console",), metavar="TOKEN", variable="DBWORKER_CONSOLE_TOKEN"),
     Option("--read-only", "bool", "show no actions and refuse every action request", ("console",), default=False),
+    Option("--trace-url", "str", "trace UI address with {trace_id} (and optionally {span_id}), e.g. http://jaeger:16686/trace/{trace_id}: each attempt on an item page links its trace; without it the ids are shown as text", ("console",), metavar="URL"),
     Option("--transaction-pooler", "bool", "the database URL goes through a transaction pooler (PgBouncer pool_mode=transaction): no prepared statements, and LISTEN only on --listen-url (else workers poll); overrides the code when given", ALL, default=None),
     Option("--listen-url", "str", "a direct PostgreSQL URL (not the pooler's) for the one connection that LISTENs for wake-ups; overrides the code", ("run",), metavar="URL"),
     Option("--log-format", "str", "log line format", ALL, default="text", choices=("text", "json")),
@@ -316,6 +317,11 @@ def _check_console(values: dict[str, Any], sources: Mapping[str, str]) -> None:
         values["token"] = tokens.parse(values.get("token") or [], where=where)
     except ValueError as exc:
         raise termination.CommandError(str(exc)) from None
+    if values.get("trace_url") is not None:
+        try:
+            values["trace_url"] = tracelinks.check(values["trace_url"], where=sources.get("trace_url", "--trace-url"))
+        except ValueError as exc:
+            raise termination.CommandError(str(exc)) from None
     if not values["token"] and not tokens.is_loopback(values["host"]):
         raise termination.CommandError(
             f"the console needs a sign-in token to listen on {values['host']!r} "

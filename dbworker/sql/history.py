@@ -28,6 +28,8 @@ from dbworker.sql.states import clip
 from dbworker.sql.tables import CLAIMER_LENGTH, MICROSECONDS, STATUS_LENGTH
 
 OUTCOME_LENGTH = STATUS_LENGTH
+TRACE_ID_LENGTH = 32  # W3C trace id, hex
+SPAN_ID_LENGTH = 16
 # SQLite autoincrements only an INTEGER PRIMARY KEY.
 _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
@@ -42,6 +44,9 @@ class Attempt:
     # The attempt's log records so far, as the ``logs`` column keeps them (``attemptlogs``);
     # None: not kept (the setting is off, or the attempt's process is gone).
     logs: Callable[[], str | None] | None = None
+    # (trace id, span id) in hex of the attempt's ``process <worker>`` span when tracing
+    # records it (``tracing.recording_ids``); None otherwise.
+    trace: tuple[str, str] | None = None
 
     def record(self, conn: Connection, source_id: Any, outcome: str, *, error: str | None = None,
                traceback: str | None = None) -> None:  # fmt: skip
@@ -50,14 +55,16 @@ class Attempt:
             return
         record(conn, self.table, source_id, outcome=outcome, started_at=self.started_at,
                claimed_by=self.claimed_by, error=error, traceback=traceback,
-               logs=None if self.logs is None else self.logs())  # fmt: skip
+               logs=None if self.logs is None else self.logs(), trace=self.trace)  # fmt: skip
 
     def values(self, outcome: str) -> dict[str, Any]:
         """The bound values of ``recorded``'s history row for this attempt ending ``outcome``."""
         claimer = self.claimed_by
         return {"dbw_started": self.started_at, "dbw_outcome": outcome,
                 "dbw_claimer": None if claimer is None else claimer[:CLAIMER_LENGTH],
-                "dbw_logs": _kept(None if self.logs is None else self.logs())}  # fmt: skip
+                "dbw_logs": _kept(None if self.logs is None else self.logs()),
+                "dbw_trace_id": None if self.trace is None else self.trace[0],
+                "dbw_span_id": None if self.trace is None else self.trace[1]}  # fmt: skip
 
 
 def table_name(worker: str) -> str:
@@ -88,6 +95,10 @@ def history_table(work: sa.Table) -> sa.Table:
         # The handler's log records during the attempt, JSON (``attemptlogs``); added by a later
         # release than the table (``tables.ADDED_COLUMNS``).
         sa.Column("logs", sa.Text(), nullable=True),
+        # The trace and span ids (hex) of the attempt's ``process <worker>`` span when tracing
+        # recorded it (docs/otel.md); added later too.
+        sa.Column("trace_id", sa.String(TRACE_ID_LENGTH), nullable=True),
+        sa.Column("span_id", sa.String(SPAN_ID_LENGTH), nullable=True),
         sa.Index(names.identifier(f"ix_{name}_source_id"), "source_id", "id"),
         sa.Index(names.identifier(f"ix_{name}_ended_at"), "ended_at"),
         info={"dbworker_history_of": work.name},
@@ -103,7 +114,7 @@ def utcnow() -> dt.datetime:
 
 def record(conn: Connection, table: sa.Table, source_id: Any, *, outcome: str, started_at: dt.datetime | None,
            claimed_by: str | None, error: str | None = None, traceback: str | None = None,
-           logs: str | None = None) -> None:  # fmt: skip
+           logs: str | None = None, trace: tuple[str, str] | None = None) -> None:  # fmt: skip
     """Insert one ended attempt (``logs``: ``attemptlogs.encode``'s JSON); no commit (the
     caller's transaction also writes its outcome)."""
     conn.execute(_insert(table), {
@@ -114,6 +125,8 @@ def record(conn: Connection, table: sa.Table, source_id: Any, *, outcome: str, s
         "traceback": clip(traceback),
         "claimed_by": None if claimed_by is None else claimed_by[:CLAIMER_LENGTH],
         "logs": _kept(logs),
+        "trace_id": None if trace is None else trace[0],
+        "span_id": None if trace is None else trace[1],
     })  # fmt: skip
 
 
@@ -142,8 +155,10 @@ def recorded(update: sa.Update, table: sa.Table) -> sa.Insert:
         sa.bindparam("dbw_outcome", type_=h.outcome.type),
         sa.bindparam("dbw_claimer", type_=h.claimed_by.type),
         sa.bindparam("dbw_logs", type_=h.logs.type),
+        sa.bindparam("dbw_trace_id", type_=h.trace_id.type),
+        sa.bindparam("dbw_span_id", type_=h.span_id.type),
     ).select_from(done)
-    columns = ["source_id", "started_at", "ended_at", "outcome", "claimed_by", "logs"]
+    columns = ["source_id", "started_at", "ended_at", "outcome", "claimed_by", "logs", "trace_id", "span_id"]
     # RETURNING, not the row count: SQLAlchemy keeps an INSERT's row count only when asked.
     return sa.insert(table).from_select(columns, rows).add_cte(done).returning(h.source_id)
 
@@ -156,10 +171,12 @@ def _insert(table: sa.Table) -> sa.Insert:
 
 def read(session: Session, table: sa.Table, source_id: Any, *, limit: int = 1000) -> list[dict[str, Any]]:
     """The kept attempts of ``source_id``, oldest first (at most the newest ``limit``), each
-    with ``logs``, its log records (a list of mappings: ``at``, ``level``, ``logger``, ``message``)."""
+    with ``logs``, its log records (a list of mappings: ``at``, ``level``, ``logger``, ``message``),
+    and ``trace_id`` / ``span_id`` of its ``process`` span (None when not traced)."""
     h = table.c
     newest = (
-        sa.select(h.started_at, h.ended_at, h.outcome, h.error, h.traceback, h.claimed_by, h.logs, h.id)
+        sa.select(h.started_at, h.ended_at, h.outcome, h.error, h.traceback, h.claimed_by, h.logs,
+                  h.trace_id, h.span_id, h.id)
         .where(h.source_id == source_id)
         .order_by(h.id.desc())
         .limit(limit)

@@ -1,6 +1,6 @@
 """Taking an item: the claim-path writes that make a claim, each naming the locks it takes.
 
-A claim writes WORKING, a new token, a lease and one more attempt: as the first record of
+A claim writes WORKING, a new token, a lease, its time (``claimed_at``) and one more attempt: as the first record of
 an item (``first``, ``first_many``), over an UNFINISHED record whose wait is over
 (``again``), or over a WORKING record whose lease expired (``over``); ``one_shot`` does a
 whole round in one statement where the server can. Each is a conditional write whose row
@@ -18,7 +18,8 @@ from dbworker.sql import candidates, dialects
 from dbworker.sql.predicates import WORKING, claimed_by, due, lease_over, limit, sid, token
 
 # Columns written by a first claim, in the order the INSERT ... SELECT forms list them.
-_CLAIM_COLUMNS = ["source_id", "execution_status", "claim_token", "lease_expires_at", "error", "attempts", "claimed_by"]
+_CLAIM_COLUMNS = ["source_id", "execution_status", "claim_token", "lease_expires_at", "error", "attempts", "claimed_by",
+                  "claimed_at"]
 
 
 def _taking(table: sa.Table, caps: dialects.Capabilities, *, first: bool = False) -> dict[str, Any]:
@@ -33,6 +34,7 @@ def _taking(table: sa.Table, caps: dialects.Capabilities, *, first: bool = False
         "error": None,
         "attempts": 1 if first else w.attempts + 1,
         "claimed_by": claimed_by(table),
+        "claimed_at": caps.now(),
         **({} if first else {"not_before": None}),
     }
 
@@ -47,6 +49,7 @@ def _first_rows(table: sa.Table, caps: dialects.Capabilities, source_id: Any, cl
         sa.null(),
         sa.literal(1),
         claimed_by(table),
+        caps.now(),
     )
 
 
@@ -135,6 +138,7 @@ def one_shot(
                 "attempts": w.attempts + 1,
                 "not_before": None,
                 "claimed_by": insert.excluded.claimed_by,
+                "claimed_at": insert.excluded.claimed_at,
             },
             where=sa.or_(due(table, caps), sa.and_(w.execution_status == WORKING, lease_over(table, caps))),
         )

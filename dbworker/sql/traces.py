@@ -3,7 +3,9 @@
 It carries the W3C ``traceparent`` of the span that last wrote a source row (written by
 ``dbworker.otel.instrument`` in the application's own transaction, so it commits or rolls
 back with the write) to the coordinator that claims the row, which reads it with the claim's
-keys and makes the item's spans children of the writer's. The application's table gains no
+keys and makes the item's spans children of the writer's. A row written with no span gets the
+claim span of its item's first attempt instead (``keep_first``), so later attempts on any
+pod join that attempt's trace. The application's table gains no
 column. A source row's trace row goes with it (``ON DELETE CASCADE``; on SQLite a delete
 trigger too, as for work tables). One table per source table, shared by every worker over it.
 """
@@ -17,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-from dbworker.sql import names, tables
+from dbworker.sql import dialects, names, tables
 
 TRACEPARENT_LENGTH = 55  # "00-<32 hex>-<16 hex>-<2 hex>"
 PREFIX = "dbworker_traces_"
@@ -54,6 +56,15 @@ def write(conn: Connection, table: sa.Table, rows: Iterable[tuple[Any, str]]) ->
     if not values:
         return
     conn.execute(_upsert(conn.dialect.name, table), values)
+
+
+def keep_first(conn: Connection, table: sa.Table, rows: Iterable[tuple[Any, str]]) -> None:
+    """Insert ``(source key, traceparent)`` pairs for keys that have none (a writer's
+    context stored meanwhile stays); no commit. The claim span of an item's first attempt,
+    so its later attempts join its trace (``engine.spans``)."""
+    values = [{"source_id": key, "traceparent": tp} for key, tp in rows]
+    if values:
+        conn.execute(dialects.of(conn).insert_ignoring_duplicate(table, "source_id"), values)
 
 
 def _upsert(dialect: str, table: sa.Table) -> Any:

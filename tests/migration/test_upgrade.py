@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import Session
 
 from dbworker import ExecutionStatus
@@ -92,7 +93,7 @@ def test_old_layout_upgrades_to_a_fresh_install_from_many_processes(db: Database
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(4) as pool:
         changes = pool.map(_upgrade_in_process, [db.url] * 4)
-    # Each change made by exactly one process: eight columns, three indexes, the history table, dbworker's own
+    # Each change made by exactly one process: nine columns, four indexes, the history table, dbworker's own
     # tables, the wake-up triggers.
     made = sorted(change for c in changes for change in c)
     assert made == sorted([
@@ -104,10 +105,12 @@ def test_old_layout_upgrades_to_a_fresh_install_from_many_processes(db: Database
         "added column items_work.progress_fraction",
         "added column items_work.progress_note",
         "added column items_work.progress_at",
+        "added column items_work.claimed_at",
         "created items_history",
         *(["added index ix_items_work_execution_status"] if release == "0.0.1" else []),
         "added index ix_items_work_not_before",
         "added index ix_items_work_ended_at",
+        "added index ix_items_work_claimed_at",
         "added ON DELETE CASCADE on items_work",
         "created dbworker_paused",
         *_wakeup_changes(db.backend),
@@ -137,6 +140,62 @@ def _wakeup_changes(backend: str) -> list[str]:
     return [*own, "created dbworker_changes", "wake-up triggers on items"]
 
 
+def old_history(metadata: sa.MetaData) -> sa.Table:
+    """``items_history`` as the release that added attempt history created it (before its
+    ``logs``, ``trace_id`` and ``span_id`` columns)."""
+    items = sa.Table("items", metadata, sa.Column("id", sa.Integer, primary_key=True))
+    moment = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+    return sa.Table(
+        "items_history",
+        metadata,
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
+        sa.Column("source_id", sa.Integer, sa.ForeignKey(items.c.id, ondelete="CASCADE"), nullable=False),
+        sa.Column("started_at", moment),
+        sa.Column("ended_at", moment, nullable=False),
+        sa.Column("outcome", sa.String(16), nullable=False),
+        sa.Column("error", sa.Text),
+        sa.Column("traceback", sa.Text),
+        sa.Column("claimed_by", sa.String(255)),
+        sa.Index("ix_items_history_source_id", "source_id", "id"),
+        sa.Index("ix_items_history_ended_at", "ended_at"),
+    )
+
+
+def test_history_table_gains_its_later_columns_and_keeps_its_rows(db: Database, tmp_path: Any) -> None:
+    basic.build(db.url)
+    with db.engine.begin() as conn:
+        conn.execute(sa.text("DROP TABLE items_history"))
+    old_history(sa.MetaData()).create(db.engine)
+    [item] = basic.add_items(db.engine, ["finish"])
+    with db.engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO items_work (source_id, execution_status, attempts) VALUES (:i, 'failed', 1)"),
+                     {"i": item})  # fmt: skip
+        conn.execute(sa.text("INSERT INTO items_history (source_id, ended_at, outcome) VALUES (:i, :t, 'retried')"),
+                     {"i": item, "t": "2026-01-01 00:00:00"})  # fmt: skip
+    c = basic.build(db.url, app_tables=False, work_tables=False)
+    assert [x for x in c.upgrade_worker_tables() if "items_history" in x] == [
+        "added column items_history.logs",
+        "added column items_history.trace_id",
+        "added column items_history.span_id",
+    ]
+    assert c.upgrade_worker_tables() == []
+    with Session(db.engine) as s:
+        [kept] = c.workers["items"].state(s, item)["history"]  # type: ignore[index]
+    assert kept["outcome"] == "retried" and kept["trace_id"] is None and kept["span_id"] is None
+    upgraded = schema(db.engine, "items_history")
+    fresh_db = tmp_path / "fresh"
+    fresh_db.mkdir()
+    from tests.conftest import open_database
+
+    gen = open_database(db.backend, fresh_db)
+    fresh = next(gen)
+    try:
+        basic.build(fresh.url)
+        assert upgraded == schema(fresh.engine, "items_history")
+    finally:
+        gen.close()
+
+
 @pytest.mark.slow
 def test_old_database_keeps_working_before_and_after_the_upgrade(db: Database) -> None:
     build_old_database(db)
@@ -146,7 +205,7 @@ def test_old_database_keeps_working_before_and_after_the_upgrade(db: Database) -
     # Before the upgrade: refused at start, naming the fix; nothing was claimed or changed.
     with pytest.raises(
         RuntimeError, match=r"items_work lacks attempts, not_before, traceback, claimed_by, ended_at, progress_fraction, "
-        r"progress_note, progress_at; items_history does not exist\): run `dbworker migrate"
+        r"progress_note, progress_at, claimed_at; items_history does not exist\): run `dbworker migrate"
     ):
         c.start()
     assert c.upgrade_worker_tables() == [
@@ -158,6 +217,8 @@ def test_old_database_keeps_working_before_and_after_the_upgrade(db: Database) -
         "added column items_work.progress_fraction",
         "added column items_work.progress_note",
         "added column items_work.progress_at",
+        "added column items_work.claimed_at",
+        "added index ix_items_work_claimed_at",
         "added index ix_items_work_ended_at",
         "added index ix_items_work_execution_status",
         "added index ix_items_work_not_before",
