@@ -7,6 +7,8 @@ Core insert (its context cannot travel). Prints JSON: the ids, the request span'
 ``consume URL LOGFILE TIMEOUT RETRIES ID...``: the "pod": the basic app's coordinator, tracing configured the
 standard way (the ``OTEL_*`` environment), JSON logs to LOGFILE; stops once every item ended.
 ``consume-async ...``: the same with the ``asyncapp`` coordinator (an ``async def`` handler).
+``consume-first URL LOGFILE ID...``: the basic app's coordinator, retrying after 4 s; stops
+once each item's first attempt ended (its next attempt is left to another process).
 """
 
 from __future__ import annotations
@@ -80,10 +82,29 @@ def consume(url: str, logfile: str, timeout: float | None, retries: int, ids: li
         coordinator.stop(timeout=30)
 
 
+def consume_first(url: str, logfile: str, ids: list[int]) -> None:
+    with open(logfile, "w") as stream:
+        logs.setup(fmt="json", stream=stream)
+        coordinator = basic.build(url, poll_seconds=0.05, max_poll_seconds=0.5, lease_seconds=3,
+                                  retry=Retry(max_attempts=3, delay=4.0, backoff=1.0))  # fmt: skip
+        coordinator.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with Session(coordinator.engine) as s:
+                states = [coordinator.workers["items"].state(s, i) for i in ids]
+            if all(st is not None and st["history"] and st["execution_status"] is not ExecutionStatus.WORKING
+                   for st in states):  # fmt: skip
+                break
+            time.sleep(0.05)
+        coordinator.stop(timeout=30)
+
+
 if __name__ == "__main__":
     command, url, *rest = sys.argv[1:]
     if command == "produce":
         produce(url, rest)
+    elif command == "consume-first":
+        consume_first(url, rest[0], [int(i) for i in rest[1:]])
     else:
         consume(url, rest[0], float(rest[1]), int(rest[2]), [int(i) for i in rest[3:]],
                 asynchronous=command == "consume-async")  # fmt: skip

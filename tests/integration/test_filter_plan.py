@@ -22,6 +22,7 @@ from tests.conftest import Database
 from tests.helpers import plan_nodes
 
 ITEMS = 1_000_000
+RUNNING = 1_000  # the last items: claimed, not ended
 
 
 class Base(DeclarativeBase):
@@ -44,7 +45,9 @@ FILTERS = {
     "no filter, second page": [("before", "500000")],
     "status": [("status", "failed")],
     "status, second page": [("status", "failed"), ("before", "500000")],
-    "ended in one hour": [("since", "2026-01-05T00:00:00"), ("until", "2026-01-05T01:00:00")],
+    "changed in one hour": [("since", "2026-01-05T00:00:00"), ("until", "2026-01-05T01:00:00")],
+    "changed since": [("since", "2026-01-12T00:00:00")],
+    "changed until, with status": [("until", "2026-01-03T00:00:00"), ("status", "failed")],
     "source column equals": [("col.customer", "4200")],
     "source column equals, with status": [("col.customer", "4200"), ("status", "failed")],
     "source column range": [("col.placed_at.gte", "2026-01-03T00:00:00"), ("col.placed_at.lte", "2026-01-03T01:00:00")],
@@ -66,10 +69,14 @@ def _fill(db: Database) -> None:
             at = "TIMESTAMP '2026-01-01 00:00:00' + INTERVAL n SECOND"
         conn.exec_driver_sql(f"INSERT INTO shipments (id, customer, placed_at) SELECT n, MOD(n, 10000), {at} FROM ({numbers}) AS s")
         failed = "MOD(n, 100) = 0"
+        # Claimed 30 s before it ended; the last RUNNING items are claimed and not ended.
+        running = f"n > {ITEMS - RUNNING}"
+        claimed = at.replace("n *", "(n - 30) *") if db.backend == "postgresql" else at.replace("n SECOND", "(n - 30) SECOND")
         conn.exec_driver_sql(
-            "INSERT INTO ships_work (source_id, execution_status, attempts, error, ended_at) "
-            f"SELECT n, CASE WHEN {failed} THEN 'failed' ELSE 'finished' END, 1, "
-            f"CASE WHEN {failed} THEN CONCAT('timeout ', n) END, {at} FROM ({numbers}) AS s"
+            "INSERT INTO ships_work (source_id, execution_status, attempts, error, claimed_at, ended_at) "
+            f"SELECT n, CASE WHEN {running} THEN 'working' WHEN {failed} THEN 'failed' ELSE 'finished' END, 1, "
+            f"CASE WHEN {failed} AND NOT {running} THEN CONCAT('timeout ', n) END, {claimed}, "
+            f"CASE WHEN NOT {running} THEN {at} END FROM ({numbers}) AS s"
         )
     with db.engine.connect() as conn:
         conn.exec_driver_sql("ANALYZE" if db.backend == "postgresql" else "ANALYZE TABLE shipments, ships_work")
@@ -124,3 +131,18 @@ def _check_matches(db: Database, c: Coordinator) -> None:
                                 source=source, limit=50)  # type: ignore[arg-type]  # fmt: skip
     expected = sorted((n for n in range(4200, ITEMS + 1, 10000) if n % 100 == 0), reverse=True)[:50]
     assert [r["source_id"] for r in page.rows] == expected
+    # The last change: the later of claim and end. A finished item claimed inside the range
+    # but ended after it is out; a running item claimed inside it is in.
+    at = dt.datetime(2026, 1, 1)
+
+    def changed(low: int, high: int) -> list[int]:
+        where = filters.parse([("since", (at + dt.timedelta(seconds=low)).isoformat()),
+                               ("until", (at + dt.timedelta(seconds=high)).isoformat())], Shipment, db.engine.dialect)  # fmt: skip
+        with db.engine.connect() as conn:
+            found: Any = browse.page(conn, work, statuses=[], conditions=where.conditions(work, source),  # type: ignore[arg-type]
+                                     source=None, limit=50)  # fmt: skip
+        return [r["source_id"] for r in found.rows]
+
+    assert changed(500_000, 500_010) == list(range(500_010, 499_999, -1))
+    last = ITEMS - RUNNING // 2
+    assert changed(last - 100, last + 100) == list(range(last + 130, last + 80, -1))
