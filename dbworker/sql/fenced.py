@@ -27,7 +27,7 @@ def renew(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
 def complete(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
     """Record ``dbw_status`` and ``dbw_error`` for ``dbw_sid`` if the claim ``dbw_token`` still holds it (the fence).
 
-    Ends the claim (no token, no lease) and stamps ``ended_at`` unless the status is
+    Ends the claim (no token, no lease) and stamps ``ended_at`` and ``changed_at`` unless the status is
     UNFINISHED (a claim given back). Locks: the work row until the caller's commit, which in
     a handler process is the handler's own transaction. SQLite: the write lock.
     """
@@ -35,6 +35,7 @@ def complete(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
     status = sa.bindparam("dbw_status", type_=w.execution_status.type)
     return sa.update(table).where(fenced(table)).values(
         ended_at=sa.case((status == UNFINISHED, w.ended_at), else_=caps.now()),
+        changed_at=sa.case((status == UNFINISHED, w.changed_at), else_=caps.now()),
         execution_status=status,
         claim_token=None,
         lease_expires_at=None,

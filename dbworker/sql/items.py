@@ -285,7 +285,8 @@ def failed_attempt(
 
 def fail(conn: Connection, table: sa.Table, claim: Claim, *, error: str, traceback: str | None = None) -> bool:
     """FAILED for good if ``claim`` is still current; no commit."""
-    values = {"execution_status": FAILED, "not_before": None, "ended_at": dialects.of(conn).now()}
+    now = dialects.of(conn).now()
+    values = {"execution_status": FAILED, "not_before": None, "ended_at": now, "changed_at": now}
     return _end_attempt(conn, table, claim, values, error=error, traceback=traceback)
 
 
@@ -381,7 +382,8 @@ def cancel_records(conn: Connection, table: sa.Table, source_ids: Sequence[Any])
 def _cancelled(conn: Connection) -> dict[str, Any]:
     """What a cancel writes: FAILED, error ``cancelled``, the claim taken away (see ``cancel``)."""
     return {"execution_status": FAILED, "claim_token": CANCELLED, "lease_expires_at": None,
-            "error": CANCELLED, "traceback": None, "not_before": None, "ended_at": dialects.of(conn).now()}  # fmt: skip
+            "error": CANCELLED, "traceback": None, "not_before": None, "ended_at": dialects.of(conn).now(),
+            "changed_at": dialects.of(conn).now()}  # fmt: skip
 
 
 def forget(conn: Connection, table: sa.Table, source_ids: Sequence[Any]) -> int:

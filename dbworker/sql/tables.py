@@ -3,7 +3,7 @@
 Keeping it in the application's MetaData lets the application's own migrations see it. The
 layout is 0.0.1's plus an index on ``execution_status`` and the lifecycle columns
 (``attempts``, ``not_before`` with its index, ``traceback``, ``claimed_by``,
-``ended_at``, ``claimed_at``); ``upgrade.py`` brings older
+``ended_at``, ``changed_at``); ``upgrade.py`` brings older
 databases to it.
 
 Deleting a source row takes its work records with it: the foreign key is ``ON DELETE
@@ -106,13 +106,13 @@ def not_before_index_name(worker: str) -> str:
 
 
 def ended_at_index_name(worker: str) -> str:
-    """The console's time filters (``since``, ``until``) read ``ended_at`` through it."""
+    """The overview's recent failures read ``ended_at`` through it."""
     return names.identifier(f"ix_{table_name(worker)}_ended_at")
 
 
-def claimed_at_index_name(worker: str) -> str:
-    """The console's time filters read ``claimed_at`` through it (with ``ended_at``'s)."""
-    return names.identifier(f"ix_{table_name(worker)}_claimed_at")
+def changed_at_index_name(worker: str) -> str:
+    """The console's time filters (``since``, ``until``) read ``changed_at`` through it."""
+    return names.identifier(f"ix_{table_name(worker)}_changed_at")
 
 
 # Columns added after 0.0.1, in the order the upgrade adds them (each with a server default
@@ -120,7 +120,11 @@ def claimed_at_index_name(worker: str) -> str:
 ADDED_COLUMNS = ("attempts", "not_before", "traceback", "claimed_by", "ended_at",
                  "progress_fraction", "progress_note", "progress_at",
                  "logs", "trace_id", "span_id",  # these three: of history tables (sql.history)
-                 "claimed_at")
+                 "changed_at")
+
+
+# Added columns filled from another when the upgrade adds them (in the same step).
+FILLED_FROM = {"changed_at": "ended_at"}
 
 
 def added_columns(table: sa.Table) -> list[str]:
@@ -172,13 +176,14 @@ def work_table(worker: str, source: Any) -> sa.Table:
         sa.Column("progress_fraction", sa.Float(), nullable=True),
         sa.Column("progress_note", sa.String(PROGRESS_NOTE_CHARS), nullable=True),
         sa.Column("progress_at", MICROSECONDS, nullable=True),
-        # When the latest claim was made (naive UTC, the server's clock); with ended_at, the
-        # item's last change that the console's time filters test (docs/console.md).
-        sa.Column("claimed_at", sa.DateTime(), nullable=True),
+        # The item's last change: its latest claim or, later, its end (ended_at), naive UTC, the
+        # server's clock; written by the same statements, so that the console's time filters
+        # (since, until) read one index (docs/console.md).
+        sa.Column("changed_at", sa.DateTime(), nullable=True),
         sa.Index(status_index_name(worker), "execution_status"),
         sa.Index(not_before_index_name(worker), "not_before"),
         sa.Index(ended_at_index_name(worker), "ended_at"),
-        sa.Index(claimed_at_index_name(worker), "claimed_at"),
+        sa.Index(changed_at_index_name(worker), "changed_at"),
         info={"dbworker_source": key.table},
     )
     cascade_on_sqlite(table)

@@ -1,6 +1,6 @@
 """Taking an item: the claim-path writes that make a claim, each naming the locks it takes.
 
-A claim writes WORKING, a new token, a lease, its time (``claimed_at``) and one more attempt: as the first record of
+A claim writes WORKING, a new token, a lease, its time (``changed_at``) and one more attempt: as the first record of
 an item (``first``, ``first_many``), over an UNFINISHED record whose wait is over
 (``again``), or over a WORKING record whose lease expired (``over``); ``one_shot`` does a
 whole round in one statement where the server can. Each is a conditional write whose row
@@ -19,7 +19,7 @@ from dbworker.sql.predicates import WORKING, claimed_by, due, lease_over, limit,
 
 # Columns written by a first claim, in the order the INSERT ... SELECT forms list them.
 _CLAIM_COLUMNS = ["source_id", "execution_status", "claim_token", "lease_expires_at", "error", "attempts", "claimed_by",
-                  "claimed_at"]
+                  "changed_at"]
 
 
 def _taking(table: sa.Table, caps: dialects.Capabilities, *, first: bool = False) -> dict[str, Any]:
@@ -34,7 +34,7 @@ def _taking(table: sa.Table, caps: dialects.Capabilities, *, first: bool = False
         "error": None,
         "attempts": 1 if first else w.attempts + 1,
         "claimed_by": claimed_by(table),
-        "claimed_at": caps.now(),
+        "changed_at": caps.now(),
         **({} if first else {"not_before": None}),
     }
 
@@ -138,7 +138,7 @@ def one_shot(
                 "attempts": w.attempts + 1,
                 "not_before": None,
                 "claimed_by": insert.excluded.claimed_by,
-                "claimed_at": insert.excluded.claimed_at,
+                "changed_at": insert.excluded.changed_at,
             },
             where=sa.or_(due(table, caps), sa.and_(w.execution_status == WORKING, lease_over(table, caps))),
         )

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from dbworker.sql import dialects, tables
-from dbworker.sql.tables import ADDED_COLUMNS, added_columns
+from dbworker.sql.tables import ADDED_COLUMNS, FILLED_FROM, added_columns
 
 log = logging.getLogger("dbworker")
 
@@ -70,6 +70,13 @@ def _add_column(conn: Connection, table: sa.Table, column: sa.Column[Any]) -> No
     conn.exec_driver_sql(f"ALTER TABLE {conn.dialect.identifier_preparer.format_table(table)} ADD COLUMN {spec}")
 
 
+def _fill(conn: Connection, table: sa.Table, name: str, source: str) -> None:
+    """Give the rows of ``table`` a new column ``name``'s value from ``source`` (where set):
+    one UPDATE, once, when the column is added (``changed_at`` from ``ended_at``)."""
+    c = table.c
+    conn.execute(sa.update(table).where(c[source].is_not(None)).values({name: c[source]}))
+
+
 def _has_table(conn: Connection, table: sa.Table) -> bool:
     return sa.inspect(conn).has_table(table.name, schema=table.schema)
 
@@ -98,6 +105,8 @@ def _next_step(conn: Connection, table: sa.Table) -> str | None:
     for name in ADDED_COLUMNS:
         if name in table.c and name not in have:  # work tables' columns (not dbworker_paused's)
             _add_column(conn, table, table.c[name])
+            if name in FILLED_FROM:  # same transaction on PostgreSQL and SQLite
+                _fill(conn, table, name, FILLED_FROM[name])
             return f"added column {table.name}.{name}"
     present = _indexes(conn, table)
     for index in sorted(table.indexes, key=lambda ix: str(ix.name)):

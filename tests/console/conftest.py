@@ -27,8 +27,10 @@ def make_client(appdb_all: AppDb) -> Iterator[ClientFactory]:  # noqa: F811
     appdb_all.create_worker_tables()
     made: list[TestClient] = []
 
-    def make(*, read_only: bool = False, tokens: dict[str, str] | None = None, signed_in: bool = True) -> TestClient:
-        client = TestClient(app.build(appdb_all.coordinator, tokens=TOKENS if tokens is None else tokens, read_only=read_only))
+    def make(*, read_only: bool = False, tokens: dict[str, str] | None = None, signed_in: bool = True,
+             trace_url: str | None = None) -> TestClient:  # fmt: skip
+        client = TestClient(app.build(appdb_all.coordinator, tokens=TOKENS if tokens is None else tokens, read_only=read_only,
+                                      trace_url=trace_url))  # fmt: skip
         made.append(client)
         if signed_in and (TOKENS if tokens is None else tokens):
             r = client.post("/login", data={"token": SECRET, "next": "/"}, follow_redirects=False)

@@ -22,6 +22,7 @@ from tests.acceptance import app as taskapp
 from tests.acceptance.conftest import AppDb
 from tests.acceptance.support import Worker
 from tests.console.support import SECRET, ConsoleProcess
+from tests.console.test_item_attempts import TRACE, add_traced_attempt
 from tests.console.test_item_filters import _fill
 from tests.helpers import wait_until
 
@@ -200,6 +201,25 @@ def test_item_page_timeline_and_attempt_logs_in_a_browser(appdb: AppDb, tmp_path
         assert "WARNING taskapp: task 1 is about to fail" in row.locator("pre.logs").inner_text()
         _shot(page, "item.png")
         assert not refused, refused
+        context.close()
+    finally:
+        console.close()
+
+
+def test_item_page_links_each_traced_attempt_in_a_browser(appdb: AppDb, tmp_path: Path, browser: object) -> None:
+    appdb.create_worker_tables()
+    add_traced_attempt(appdb, 3)
+    template = "http://127.0.0.1:9/trace/{trace_id}?span={span_id}"
+    console = ConsoleProcess(appdb.url, tmp_path, env={"DBWORKER_TRACE_URL": template})
+    try:
+        context = browser.new_context()  # type: ignore[attr-defined]
+        page = context.new_page()
+        _sign_in(page, console.url)
+        page.goto(console.url + "/workers/main/items/3")
+        assert page.locator("tr#attempt-1 .trace").count() == 0  # not traced: no link
+        link = page.locator("tr#attempt-2 a.trace")
+        assert link.is_visible() and link.get_attribute("href") == template.format(trace_id=TRACE[0], span_id=TRACE[1])
+        assert link.inner_text() == TRACE[0][:8] + "…" and link.get_attribute("title") == f"span {TRACE[1]}"
         context.close()
     finally:
         console.close()

@@ -1,12 +1,13 @@
 """The console's item page and API show the attempt history and the latest progress (issue 30),
-and the page polls the progress while the item runs."""
+and the page polls the progress while the item runs; each traced attempt names its trace,
+linked when the console has a trace UI address (``--trace-url``)."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 
 from dbworker import ExecutionStatus
-from dbworker.sql import progress
+from dbworker.sql import history, progress
 from tests.acceptance import app as taskapp
 from tests.acceptance.conftest import AppDb
 from tests.console.conftest import ClientFactory
@@ -46,3 +47,32 @@ def test_item_page_and_api_show_the_attempts_and_the_progress(make_client: Clien
     page = client.get("/workers/main/items/2")
     assert "40% rows 400 of 1000" in page.text and 'hx-trigger="every 2s"' in page.text
     assert client.get("/api/workers/main/items/2").json()["state"]["progress"]["fraction"] == 0.4
+
+
+TRACE = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")
+
+
+def add_traced_attempt(appdb: AppDb, task: int) -> None:
+    """A finished task with two attempts kept: one traced, one not (tracing off then)."""
+    appdb.add({"id": task})
+    work = appdb.coordinator.workers["main"].table
+    with appdb.db.engine.begin() as conn:
+        conn.execute(sa.insert(work).values(source_id=task, execution_status="finished", attempts=1))
+        kept = history.history_table(work)
+        history.record(conn, kept, task, outcome="retried", started_at=None, claimed_by="pod-a:7", error="boom")
+        history.record(conn, kept, task, outcome="finished", started_at=None, claimed_by="pod-b:8", trace=TRACE)
+
+
+def test_item_page_and_api_name_each_attempts_trace(make_client: ClientFactory, appdb_all: AppDb) -> None:
+    appdb_all.create_worker_tables()
+    add_traced_attempt(appdb_all, 3)
+    plain = make_client()
+    page = plain.get("/workers/main/items/3")
+    assert f'<code class="trace" title="span {TRACE[1]}">{TRACE[0]}</code>' in page.text and 'class="trace" href' not in page.text
+    untraced, traced = plain.get("/api/workers/main/items/3").json()["state"]["history"]
+    assert (untraced["trace_id"], untraced["span_id"], untraced["trace_url"]) == (None, None, None)
+    assert (traced["trace_id"], traced["span_id"], traced["trace_url"]) == (*TRACE, None)
+    linked = make_client(trace_url="https://traces.example/t/{trace_id}?span={span_id}")
+    address = f"https://traces.example/t/{TRACE[0]}?span={TRACE[1]}"
+    assert f'<a class="trace" href="{address}"' in linked.get("/workers/main/items/3").text
+    assert linked.get("/api/workers/main/items/3").json()["state"]["history"][1]["trace_url"] == address

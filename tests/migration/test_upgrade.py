@@ -105,12 +105,12 @@ def test_old_layout_upgrades_to_a_fresh_install_from_many_processes(db: Database
         "added column items_work.progress_fraction",
         "added column items_work.progress_note",
         "added column items_work.progress_at",
-        "added column items_work.claimed_at",
+        "added column items_work.changed_at",
         "created items_history",
         *(["added index ix_items_work_execution_status"] if release == "0.0.1" else []),
         "added index ix_items_work_not_before",
         "added index ix_items_work_ended_at",
-        "added index ix_items_work_claimed_at",
+        "added index ix_items_work_changed_at",
         "added ON DELETE CASCADE on items_work",
         "created dbworker_paused",
         *_wakeup_changes(db.backend),
@@ -205,7 +205,7 @@ def test_old_database_keeps_working_before_and_after_the_upgrade(db: Database) -
     # Before the upgrade: refused at start, naming the fix; nothing was claimed or changed.
     with pytest.raises(
         RuntimeError, match=r"items_work lacks attempts, not_before, traceback, claimed_by, ended_at, progress_fraction, "
-        r"progress_note, progress_at, claimed_at; items_history does not exist\): run `dbworker migrate"
+        r"progress_note, progress_at, changed_at; items_history does not exist\): run `dbworker migrate"
     ):
         c.start()
     assert c.upgrade_worker_tables() == [
@@ -217,8 +217,8 @@ def test_old_database_keeps_working_before_and_after_the_upgrade(db: Database) -
         "added column items_work.progress_fraction",
         "added column items_work.progress_note",
         "added column items_work.progress_at",
-        "added column items_work.claimed_at",
-        "added index ix_items_work_claimed_at",
+        "added column items_work.changed_at",
+        "added index ix_items_work_changed_at",
         "added index ix_items_work_ended_at",
         "added index ix_items_work_execution_status",
         "added index ix_items_work_not_before",

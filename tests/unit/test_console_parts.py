@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from dbworker.console import tokens
+from dbworker.console import tokens, tracelinks
 from dbworker.pod import options, termination
 from dbworker.sql import claimer, keys, tables
 
@@ -71,6 +71,33 @@ def test_console_option_errors() -> None:
         options.parse(["console", "app:c", "--port", "0"], {})
     with pytest.raises(termination.CommandError, match="resume needs exactly one --worker NAME"):
         options.parse(["resume", "app:c"], {})
+
+
+def test_trace_url_option_and_variable() -> None:
+    o = options.parse(["console", "app:c", "--trace-url", " http://jaeger:16686/trace/{trace_id} "], {})
+    assert o["trace_url"] == "http://jaeger:16686/trace/{trace_id}"
+    o = options.parse(["console", "app:c"], {"DBWORKER_TRACE_URL": "https://g.example/x?t={trace_id}&s={span_id}"})
+    assert o["trace_url"] == "https://g.example/x?t={trace_id}&s={span_id}"
+    assert options.parse(["console", "app:c"], {})["trace_url"] is None
+    assert tracelinks.link("https://g.example/x?t={trace_id}&s={span_id}", "ab" * 16, "cd" * 8) == (
+        f"https://g.example/x?t={'ab' * 16}&s={'cd' * 8}")  # fmt: skip
+    assert tracelinks.link("http://j/trace/{trace_id}", None, None) is None
+    assert tracelinks.link(None, "ab" * 16, "cd" * 8) is None
+
+
+@pytest.mark.parametrize(("template", "says"), [
+    ("http://jaeger:16686/search", "has no {trace_id}"),
+    ("http://jaeger/{trace}", "unknown field {trace}"),
+    ("jaeger/trace/{trace_id}", "is not an http(s) address"),
+    ("javascript:alert(1)//{trace_id}", "is not an http(s) address"),
+    ("http://jaeger/{trace_id", "is not an address template"),
+])  # fmt: skip
+def test_bad_trace_url_names_the_field(template: str, says: str) -> None:
+    with pytest.raises(termination.CommandError) as info:
+        options.parse(["console", "app:c"], {"DBWORKER_TRACE_URL": template})
+    assert str(info.value).startswith("DBWORKER_TRACE_URL: ") and says in str(info.value)
+    with pytest.raises(termination.CommandError, match=r"^--trace-url: "):
+        options.parse(["console", "app:c", "--trace-url", template], {})
 
 
 def test_claimer_identity_is_host_and_pid() -> None:

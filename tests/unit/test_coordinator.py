@@ -95,7 +95,7 @@ def test_work_table_is_in_the_source_metadata_with_the_documented_columns() -> N
     assert [col.name for col in table.columns] == [
         "source_id", "execution_status", "claim_token", "lease_expires_at", "error",
         "attempts", "not_before", "traceback", "claimed_by", "ended_at",
-        "progress_fraction", "progress_note", "progress_at", "claimed_at",
+        "progress_fraction", "progress_note", "progress_at", "changed_at",
     ]
     assert table.c.source_id.primary_key
     assert {fk.column for fk in table.c.source_id.foreign_keys} == {basic.Item.__table__.c.id}
