@@ -263,9 +263,13 @@ def ids_of(header: str | None) -> tuple[str, str] | None:
     """(trace id, span id) in hex of a sampled span's ``traceparent`` (None for None, a
     malformed one, or one sampled away: never exported)."""
     parts = (header or "").split("-")
-    if len(parts) != 4 or len(parts[1]) != 32 or len(parts[2]) != 16 or parts[3] not in ("01", "03"):
+    if len(parts) != 4 or len(parts[1]) != 32 or len(parts[2]) != 16 or len(parts[3]) != 2:
         return None
-    return parts[1], parts[2]
+    try:
+        sampled = int(parts[3], 16) & 1  # trace-flags: the sampled bit
+    except ValueError:
+        return None
+    return (parts[1], parts[2]) if sampled else None
 
 
 def consumer() -> Any:

@@ -12,7 +12,6 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from dbworker import ExecutionStatus
-
 from tests.acceptance import app as taskapp
 from tests.acceptance.conftest import AppDb
 from tests.console.conftest import ClientFactory

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session
 
+from dbworker.pod import cli
 from tests.apps import basic
 from tests.conftest import Database
 from tests.helpers import wait_until
@@ -38,7 +39,9 @@ def _named(spans: list[dict[str, Any]], history: list[dict[str, Any]]) -> list[t
     return [(h["trace_id"], h["span_id"]) for h in history]
 
 
-def test_each_history_row_names_its_attempts_process_span(db: Database, tmp_path: Path) -> None:
+def test_each_history_row_names_its_attempts_process_span(db: Database, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     basic.build(db.url)
     with receiver() as (endpoint, got):
         made = json.loads(_run(["produce", db.url, "finish", "flaky:2"], _env(endpoint, "api")))
@@ -53,6 +56,14 @@ def test_each_history_row_names_its_attempts_process_span(db: Database, tmp_path
         assert [h["outcome"] for h in history] == [p["attributes"]["dbworker.outcome"] for p in processes]
         assert _named(spans, history) == [(p["trace_id"], p["span_id"]) for p in processes]
     assert _history(db, finish)[0]["trace_id"] == made["trace_id"]  # the request's trace
+    # `dbworker inspect --item` prints each attempt's trace; --json has the ids.
+    monkeypatch.setattr(basic, "inspected", basic.build(db.url, app_tables=False, work_tables=False), raising=False)
+    assert cli.main(["inspect", "tests.apps.basic:inspected", "--worker", "items", "--item", str(core)]) == 0
+    out = capsys.readouterr().out
+    assert all(f"trace {h['trace_id']}" in out for h in _history(db, core))
+    assert cli.main(["inspect", "tests.apps.basic:inspected", "--worker", "items", "--item", str(core), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["item"]["history"]
+    assert [(a["trace_id"], a["span_id"]) for a in shown] == _named(spans, _history(db, core))
     # The item with no writer's context: its retry is the child of its first claim, one trace.
     first, second = _of(spans, "claim items", core)
     assert first["parent_id"] is None and second["parent_id"] == first["span_id"]

@@ -199,3 +199,14 @@ def test_loopback_hosts(host: str, ok: bool) -> None:
 
     request = Request({"type": "http", "headers": [(b"host", host.encode())] if host else []})
     assert auth.loopback_host(request) is ok
+
+
+def test_ids_of_a_traceparent_only_when_sampled() -> None:
+    from dbworker import tracing
+
+    trace, span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    assert tracing.ids_of(f"00-{trace}-{span}-01") == (trace, span)
+    assert tracing.ids_of(f"00-{trace}-{span}-03") == (trace, span)
+    assert tracing.ids_of(f"00-{trace}-{span}-00") is None  # sampled away: never exported
+    assert tracing.ids_of(f"00-{trace}-{span}-zz") is None and tracing.ids_of(None) is None
+    assert tracing.ids_of("garbage") is None
