@@ -33,8 +33,10 @@ class Fetcher:
         self._picker = picker
         self._sweep = picker.sweep
         spans = ctx.spans
-        # Tracing on: each claimed item gets its span (a child of its writer's) as it is handed out.
-        self._hand_out = hand_out if spans is None else (lambda taken: hand_out(spans.start(taken)))
+        # Tracing on: each claimed item gets its span (a child of its writer's) as it is handed
+        # out; the first claims of items with no writer's context are stored after, off the
+        # pick-up path.
+        self._hand_out = hand_out if spans is None else (lambda taken: spans.started(hand_out, taken))
 
     def claim(self, limit: int) -> list[claims.Claim]:
         """Claim up to ``limit`` items (handed out as they come); raises on a database error."""

@@ -18,7 +18,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import sqlalchemy as sa
@@ -49,12 +49,22 @@ class ItemSpans:
         self._lock = threading.Lock()
         self._readable = True  # False once the trace table was found missing (not migrated)
 
-    def start(self, claimed: list[Claim]) -> list[Claim]:
-        """Open a span per claim; the claims returned carry its ``traceparent``."""
+    def started(self, hand_out: Callable[[list[Claim]], None], claimed: list[Claim]) -> None:
+        """``hand_out`` the claims with their spans (``start``), then store the first claim
+        spans of those that need it (``_keep_first``): after the items went to their
+        processes, so that the write adds nothing to their pick-up."""
+        out, first = self.start(claimed)
+        hand_out(out)
+        self._keep_first(first)
+
+    def start(self, claimed: list[Claim]) -> tuple[list[Claim], list[tuple[Any, str]]]:
+        """Open a span per claim: the claims with its ``traceparent``, and the (key,
+        traceparent) of those whose item has no stored context (for ``_keep_first``)."""
         if not claimed:
-            return claimed
+            return claimed, []
         producers, attempts = self._read([c.source_id for c in claimed])
-        out, first = [], []
+        out: list[Claim] = []
+        first: list[tuple[Any, str]] = []
         for claim in claimed:
             parent = tracing.parent_context(producers.get(claim.source_id))
             with self._lock:
@@ -78,8 +88,7 @@ class ItemSpans:
             if claim.source_id not in producers and header is not None and span.is_recording():
                 first.append((claim.source_id, header))
             out.append(dataclasses.replace(claim, trace=header))
-        self._keep_first(first)
-        return out
+        return out, first
 
     def _keep_first(self, first: list[tuple[Any, str]]) -> None:
         """Store the claim span of attempts whose item had no stored context (rows written

@@ -24,7 +24,7 @@ from tests.apps import basic
 from tests.helpers import wait_until
 from tests.integration.conftest import App
 
-KEYS = {"started_at", "ended_at", "outcome", "error", "traceback", "claimed_by", "logs"}
+KEYS = {"started_at", "ended_at", "outcome", "error", "traceback", "claimed_by", "logs", "trace_id", "span_id"}
 
 
 def _history(app: App, item_id: int) -> list[dict[str, Any]]:
@@ -41,6 +41,7 @@ def test_a_finished_item_has_one_attempt_with_its_pod_and_times(app: App) -> Non
     [attempt] = _history(app, i)
     assert set(attempt) == KEYS
     assert attempt["outcome"] == "finished" and attempt["error"] is None
+    assert attempt["trace_id"] is None and attempt["span_id"] is None  # tracing off here
     host, _, pid = attempt["claimed_by"].rpartition(":")
     assert host == socket.gethostname() and int(pid) > 0
     assert isinstance(attempt["started_at"], dt.datetime) and isinstance(attempt["ended_at"], dt.datetime)
