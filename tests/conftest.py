@@ -19,7 +19,6 @@ workers run the short ones beside them instead of waiting for them at the end.
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import sessionmaker
 
-from tests import pooler
+from tests import databases, pooler
 from tests.scheduling import pytest_xdist_make_scheduler  # noqa: F401 - make test's --dist loadgroup
 
 PG_ADMIN_URL = os.environ.get("DBWORKER_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -53,7 +52,6 @@ class Database:
 
 
 def _postgres(name: str) -> Iterator[Database]:
-    pooler.create_database(name)
     try:
         server = make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
         admin = sa.create_engine(server, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
@@ -67,13 +65,12 @@ def _postgres(name: str) -> Iterator[Database]:
         finally:
             engine.dispose()
     finally:
-        pooler.drop_database(name)  # FORCE: sessions left by killed processes would block it
+        databases.shared().give_back(name)  # dropped WITH (FORCE): killed processes leave sessions
 
 
 def _postgres_pooled(name: str) -> Iterator[Database]:
     # Through PgBouncer (tests/pooler.py): a database per test, since it drops search_path;
     # routed() tells the coordinators this test (and the processes it starts) builds.
-    pooler.create_database(name)
     url = pooler.shared().url(name)
     try:
         with pooler.routed():
@@ -83,7 +80,7 @@ def _postgres_pooled(name: str) -> Iterator[Database]:
             finally:
                 engine.dispose()
     finally:
-        pooler.drop_database(name)
+        databases.shared().give_back(name)
 
 
 def _mariadb(name: str) -> Iterator[Database]:
@@ -112,13 +109,13 @@ def _sqlite(directory: Path) -> Iterator[Database]:
 
 def open_database(backend: str, tmp_path: Path) -> Iterator[Database]:
     """Generator behind the `db` fixture; also usable for a second database in one test."""
-    name = "dbw_" + secrets.token_hex(6)
+    # PostgreSQL's databases are created ahead and dropped behind by tests/databases.py.
     if backend == "postgresql":
-        yield from _postgres(name)
+        yield from _postgres(databases.shared().take())
     elif backend == POOLED:
-        yield from _postgres_pooled(name)
+        yield from _postgres_pooled(databases.shared().take())
     elif backend == "mariadb":
-        yield from _mariadb(name)
+        yield from _mariadb(databases.new_name())
     else:
         yield from _sqlite(tmp_path)
 
