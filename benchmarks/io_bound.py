@@ -126,6 +126,7 @@ def run_system(name: str, args: argparse.Namespace, counter: workloads.Connectio
         workloads.reset_system(system, 0)
         redis_client.delete(probe.LATENCY_KEY)
         argv, env = pod_argv(system, kind, copies)
+        env = {**env, io_app.PROBES_VARIABLE: str(probed.start)}
         pod = procs.start_pod(argv, env=env, log_path=log_dir / f"{name}.log", cwd=ROOT)
         procs.wait_alive([pod], 0.5)
         system.enqueue(list(warm), kind)
