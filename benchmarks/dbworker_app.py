@@ -119,12 +119,16 @@ HANDLERS = {"noop": noop, "write": write, "latency": latency, "again": again, "i
 POD_WORKERS = {"dependent": ["dep_first", "dep_second"]}
 
 
-def build_coordinator(url: str, *, concurrency: int, history: bool = True, processes: int = 1) -> Coordinator:
+def build_coordinator(url: str, *, concurrency: int, history: bool = True, processes: int = 1,
+                      engine_options: dict[str, Any] | None = None) -> Coordinator:  # fmt: skip
     """The coordinator a pod runs: every benchmark worker registered, library defaults
     (``history=False``: no attempt history, ``history_attempts=0``); ``processes`` is the
-    async ``io`` worker's handler processes (its ``concurrency`` items spread over them)."""
+    async ``io`` worker's handler processes (its ``concurrency`` items spread over them),
+    ``engine_options`` the handler processes' engine options (None: the defaults)."""
     engine = create_engine(url)
-    options = {} if history else {"history_attempts": 0}
+    options: dict[str, Any] = {} if history else {"history_attempts": 0}
+    if engine_options:
+        options["engine_options"] = engine_options
     coordinator = Coordinator(sessionmaker(engine), database_url=url, **options)
     for name, handler in HANDLERS.items():
         coordinator.transactional_worker(name=name, source=BenchItem, concurrency=concurrency)(

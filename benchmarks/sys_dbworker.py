@@ -60,7 +60,7 @@ class DbworkerSystem:
 
     def __init__(
         self, *, url: str, database: Database, concurrency: int, cwd: Path, config: str = "default",
-        processes: int = 1,
+        processes: int = 1, async_pool: int | None = None,
     ) -> None:
         if config not in CONFIGS:
             raise ValueError(f"unknown dbworker configuration {config!r}; choose from {CONFIGS}")
@@ -72,6 +72,7 @@ class DbworkerSystem:
         self._url = url
         self._concurrency = concurrency
         self._processes = processes  # handler processes of the async `io` worker
+        self._async_pool = async_pool  # their connections each (None: the library's default)
         self._cwd = cwd
         self._engine: Engine | None = None
 
@@ -141,7 +142,10 @@ class DbworkerSystem:
             "--worker", kind, "--concurrency", str(self._concurrency),
             "--processes", str(self._processes),
         ]  # fmt: skip
-        return argv, {"BENCH_DB_URL": self._url, "BENCH_DBWORKER_CONFIG": self.config}
+        env = {"BENCH_DB_URL": self._url, "BENCH_DBWORKER_CONFIG": self.config}
+        if self._async_pool is not None:
+            env["BENCH_DBWORKER_ASYNC_POOL"] = str(self._async_pool)
+        return argv, env
 
     def enqueue(self, items: Sequence[int], kind: Kind) -> None:
         source = SOURCE_TABLES.get(kind, ITEM_TABLE)
@@ -193,8 +197,10 @@ def _serve(worker: str, concurrency: int, processes: int) -> None:
     from benchmarks import dbworker_app
 
     history = os.environ.get("BENCH_DBWORKER_CONFIG", "default") != "no-history"
+    pool = os.environ.get("BENCH_DBWORKER_ASYNC_POOL")  # each handler process's connections, all kept
+    options = {"pool_size": int(pool), "max_overflow": 0} if pool else None
     coordinator = dbworker_app.build_coordinator(os.environ["BENCH_DB_URL"], concurrency=concurrency,
-                                                 history=history, processes=processes)  # fmt: skip
+                                                 history=history, processes=processes, engine_options=options)  # fmt: skip
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
