@@ -121,6 +121,9 @@ LOCKED_ROWS_MAX_WAIT = 1.0
 PREFETCH_BELOW_SECONDS = 0.5
 PREFETCH_WINDOW_SECONDS = 0.1
 PREFETCH_MAX_PER_SLOT = 16
+# An async worker claims once a tenth of its items' slots are free (at least one), not for
+# each item that finishes (engine/runner.py).
+ASYNC_CLAIM_BATCH_DIVISOR = 10
 # A sweep from the start (a wrap) walks the finished history once: the next one waits at
 # least this many times as long as the last took, so wraps cost at most about 1% of the
 # time whatever the history (100,000 finished items: ~0.1 s on PostgreSQL here).

@@ -18,7 +18,12 @@ from dbworker.messages import Outcome
 from dbworker.observe import Observer
 from dbworker.pool import Pool
 from dbworker.sql.items import Claim
-from dbworker.tuning import PREFETCH_BELOW_SECONDS, PREFETCH_MAX_PER_SLOT, PREFETCH_WINDOW_SECONDS
+from dbworker.tuning import (
+    ASYNC_CLAIM_BATCH_DIVISOR,
+    PREFETCH_BELOW_SECONDS,
+    PREFETCH_MAX_PER_SLOT,
+    PREFETCH_WINDOW_SECONDS,
+)
 from dbworker.workers import RegisteredWorker, describe_handler
 
 
@@ -47,6 +52,11 @@ class Runner:
         # answers "skipped" for one has not run it, and it is neither run nor given back.
         self._lost: set[str] = set()
         self._mean_seconds: float | None = None
+        # The fewest items worth a claim: 1, but for an async worker carrying many items a
+        # tenth of them, so that items finishing one by one are not refilled by one claim
+        # round trip each (the claim, and the coordinator's and the server's work for it,
+        # come once per batch; an idle worker still claims the first item at once).
+        self._claim_batch = max(1, worker.concurrency // ASYNC_CLAIM_BATCH_DIVISOR) if worker.asynchronous else 1
 
     # --- any thread ----------------------------------------------------------------------
     def held_claims(self) -> list[Claim]:
@@ -98,6 +108,8 @@ class Runner:
             queued = len(self._queue)
         want = idle + self.prefetch() - queued
         if want <= 0 or (queued >= idle and queued > 0):
+            return 0
+        if want < self._claim_batch:  # a few slots of many: wait until more free up
             return 0
         return want
 
