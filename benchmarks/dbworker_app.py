@@ -1,7 +1,8 @@
 """The application dbworker's benchmark pods run: its tables and registered workers.
 
-`bench_item` rows are the work (one row, one item) of `noop`, `write`, `latency` and
-`again`; `bench_out` receives the write workload's one row per item. Issue 15's two pick-up
+`bench_item` rows are the work (one row, one item) of `noop`, `write`, `latency`, `again`
+and the I/O-bound `io` (an `async def` handler) and `io_sync`; `bench_out` receives the
+write and I/O workloads' one row per item. Issue 15's two pick-up
 cases have tables of their own: `bench_gate` rows are the `enable` worker's, eligible only
 once `ready` is true (a row enabled behind the sweep's cursor); `bench_dep` rows go through
 `dep_first`, then `dep_second`, whose `eligible` waits for `dep_first`'s FINISHED through
@@ -12,13 +13,16 @@ they pickle to dbworker's handler processes. Only SPEC's public API is used; the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import BigInteger, Boolean, Integer, create_engine, select, true
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from benchmarks import probe
+from benchmarks import io_app, probe
 from dbworker import Coordinator, ExecutionStatus, Finished, Outcome, Unfinished
+
+if TYPE_CHECKING:  # SQLAlchemy's asyncio needs greenlet; only the io worker's processes use it
+    from sqlalchemy.ext.asyncio import AsyncSession
 
 
 class Base(DeclarativeBase):
@@ -72,6 +76,20 @@ def latency(source: BenchItem, session: Session) -> Outcome:
     return Finished()
 
 
+async def io(source: BenchItem, session: AsyncSession) -> Outcome:
+    """Await the slow HTTP server, then write one row (issue 28's I/O-bound workload)."""
+    await io_app.fetch(source.id)
+    session.add(BenchOut(item_id=source.id))
+    return Finished()
+
+
+def io_sync(source: BenchItem, session: Session) -> Outcome:
+    """The same work as a sync handler (a process per item in flight)."""
+    io_app.fetch_sync(source.id)
+    session.add(BenchOut(item_id=source.id))
+    return Finished()
+
+
 def again(source: BenchItem, session: Session) -> Outcome:
     """Unfinished at its first call, finished at its second (work resumed later)."""
     if session.scalar(select(BenchOut.id).where(BenchOut.item_id == source.id).limit(1)) is None:
@@ -96,21 +114,28 @@ def dep_second(source: BenchDep, session: Session) -> Outcome:
     return Finished()
 
 
-HANDLERS = {"noop": noop, "write": write, "latency": latency, "again": again}
+HANDLERS = {"noop": noop, "write": write, "latency": latency, "again": again, "io_sync": io_sync}
 # The pod's worker names per benchmark kind (default: the kind itself).
 POD_WORKERS = {"dependent": ["dep_first", "dep_second"]}
 
 
-def build_coordinator(url: str, *, concurrency: int, history: bool = True) -> Coordinator:
+def build_coordinator(url: str, *, concurrency: int, history: bool = True, processes: int = 1,
+                      engine_options: dict[str, Any] | None = None) -> Coordinator:  # fmt: skip
     """The coordinator a pod runs: every benchmark worker registered, library defaults
-    (``history=False``: no attempt history, ``history_attempts=0``)."""
+    (``history=False``: no attempt history, ``history_attempts=0``); ``processes`` is the
+    async ``io`` worker's handler processes (its ``concurrency`` items spread over them),
+    ``engine_options`` the handler processes' engine options (None: the defaults)."""
     engine = create_engine(url)
-    options = {} if history else {"history_attempts": 0}
+    options: dict[str, Any] = {} if history else {"history_attempts": 0}
+    if engine_options:
+        options["engine_options"] = engine_options
     coordinator = Coordinator(sessionmaker(engine), database_url=url, **options)
     for name, handler in HANDLERS.items():
         coordinator.transactional_worker(name=name, source=BenchItem, concurrency=concurrency)(
             handler
         )
+
+    coordinator.transactional_worker(name="io", source=BenchItem, concurrency=concurrency, processes=processes)(io)
 
     def gate_ready() -> Any:
         return select(BenchGate).where(BenchGate.ready)

@@ -1,7 +1,9 @@
 """Celery 5 with Redis as broker: the app its workers load, and the benchmark's adapter.
 
 Used as Celery's docs recommend for reliable work: prefork pool, late acks, prefetch 1,
-`-O fair`, no result backend (results ignored). Completion is read from the broker: nothing
+`-O fair`, no result backend (results ignored). The I/O workload's `io` task runs on an I/O
+pool instead (`gevent` or `threads`, the adapter's ``pool``) and writes through a
+psycopg_pool of the library's default size shared by the process's greenlets or threads. Completion is read from the broker: nothing
 left in the queue list nor in kombu's unacked hash. Celery keeps no history of finished
 tasks, so the history workload does not apply to it.
 """
@@ -9,14 +11,16 @@ tasks, so the history workload does not apply to it.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 import psycopg
+import psycopg_pool
 import redis
 from celery import Celery  # type: ignore[import-untyped]
 
-from benchmarks import probe
+from benchmarks import io_app, probe
 from benchmarks.workloads import Database, Kind
 
 QUEUE = "celery"
@@ -33,6 +37,8 @@ app.conf.update(
 )
 
 _pg: psycopg.Connection[Any] | None = None
+_pg_pool: psycopg_pool.ConnectionPool | None = None
+_pg_pool_lock = threading.Lock()
 
 
 def _pg_conn() -> psycopg.Connection[Any]:
@@ -58,7 +64,18 @@ def latency(item: int) -> None:
     probe.handler_started(item)
 
 
-TASKS = {"noop": noop, "write": write, "latency": latency}
+@app.task(name="io")  # type: ignore[untyped-decorator]
+def io(item: int) -> None:
+    global _pg_pool
+    io_app.fetch_sync(item)
+    with _pg_pool_lock:  # one pool per worker process, opened on first use
+        if _pg_pool is None:
+            _pg_pool = psycopg_pool.ConnectionPool(probe.pg_dsn(), kwargs={"autocommit": True})
+    with _pg_pool.connection() as conn:
+        conn.execute("INSERT INTO bench_out (item_id) VALUES (%s)", (item,))
+
+
+TASKS = {"noop": noop, "write": write, "latency": latency, "io": io}
 
 
 class CelerySystem:
@@ -68,8 +85,9 @@ class CelerySystem:
     database: Database = "postgresql"
     keeps_history = False
 
-    def __init__(self, *, pg_dsn: str, redis_url: str, concurrency: int) -> None:
+    def __init__(self, *, pg_dsn: str, redis_url: str, concurrency: int, pool: str = "prefork") -> None:
         self._pg_dsn = pg_dsn
+        self._pool = pool  # Celery's --pool: prefork (the CPU workloads), gevent or threads (I/O)
         self._redis_url = redis_url
         self._concurrency = concurrency
         self._redis = redis.Redis.from_url(redis_url)
@@ -90,7 +108,7 @@ class CelerySystem:
     def pod_command(self, kind: Kind, index: int) -> tuple[list[str], dict[str, str]]:
         argv = [
             sys.executable, "-m", "celery", "-A", "benchmarks.sys_celery", "worker",
-            "--pool=prefork", f"--concurrency={self._concurrency}", "-O", "fair",
+            f"--pool={self._pool}", f"--concurrency={self._concurrency}", "-O", "fair",
             "--loglevel=WARNING", "--without-gossip", "--without-mingle",
             "-n", f"bench{index}@%h",
         ]  # fmt: skip

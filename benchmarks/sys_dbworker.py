@@ -59,7 +59,8 @@ class DbworkerSystem:
     keeps_history = True
 
     def __init__(
-        self, *, url: str, database: Database, concurrency: int, cwd: Path, config: str = "default"
+        self, *, url: str, database: Database, concurrency: int, cwd: Path, config: str = "default",
+        processes: int = 1, async_pool: int | None = None,
     ) -> None:
         if config not in CONFIGS:
             raise ValueError(f"unknown dbworker configuration {config!r}; choose from {CONFIGS}")
@@ -70,6 +71,8 @@ class DbworkerSystem:
         self.migrate_info: dict[str, Any] = {}
         self._url = url
         self._concurrency = concurrency
+        self._processes = processes  # handler processes of the async `io` worker
+        self._async_pool = async_pool  # their connections each (None: the library's default)
         self._cwd = cwd
         self._engine: Engine | None = None
 
@@ -137,8 +140,12 @@ class DbworkerSystem:
         argv = [
             sys.executable, "-m", "benchmarks.sys_dbworker", "serve",
             "--worker", kind, "--concurrency", str(self._concurrency),
+            "--processes", str(self._processes),
         ]  # fmt: skip
-        return argv, {"BENCH_DB_URL": self._url, "BENCH_DBWORKER_CONFIG": self.config}
+        env = {"BENCH_DB_URL": self._url, "BENCH_DBWORKER_CONFIG": self.config}
+        if self._async_pool is not None:
+            env["BENCH_DBWORKER_ASYNC_POOL"] = str(self._async_pool)
+        return argv, env
 
     def enqueue(self, items: Sequence[int], kind: Kind) -> None:
         source = SOURCE_TABLES.get(kind, ITEM_TABLE)
@@ -186,11 +193,14 @@ def finished_row(work: Table) -> dict[str, Any]:
 # ---- inside the pods -------------------------------------------------------------------
 
 
-def _serve(worker: str, concurrency: int) -> None:
+def _serve(worker: str, concurrency: int, processes: int) -> None:
     from benchmarks import dbworker_app
 
     history = os.environ.get("BENCH_DBWORKER_CONFIG", "default") != "no-history"
-    coordinator = dbworker_app.build_coordinator(os.environ["BENCH_DB_URL"], concurrency=concurrency, history=history)
+    pool = os.environ.get("BENCH_DBWORKER_ASYNC_POOL")  # each handler process's connections, all kept
+    options = {"pool_size": int(pool), "max_overflow": 0} if pool else None
+    coordinator = dbworker_app.build_coordinator(os.environ["BENCH_DB_URL"], concurrency=concurrency,
+                                                 history=history, processes=processes, engine_options=options)  # fmt: skip
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -233,13 +243,15 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run one worker until SIGTERM")
     serve.add_argument(
-        "--worker", required=True, choices=["noop", "write", "latency", "enable", "dependent"]
+        "--worker", required=True,
+        choices=["noop", "write", "latency", "enable", "dependent", "io", "io_sync"],
     )
     serve.add_argument("--concurrency", type=int, default=2)
+    serve.add_argument("--processes", type=int, default=1, help="handler processes of the async io worker")
     sub.add_parser("migrate", help="create the tables and exit")
     args = parser.parse_args()
     if args.command == "serve":
-        _serve(args.worker, args.concurrency)
+        _serve(args.worker, args.concurrency, args.processes)
     else:
         _migrate()
 

@@ -4,7 +4,8 @@ Used as its docs recommend: async entrypoints on an asyncpg connection, its own 
 (`pgqueuer.run(factory)`, what `pgq run` calls, on uvloop as `pgq run` does; the `pgq run`
 command itself fails at start with typer 0.29), LISTEN/NOTIFY on. Concurrency 2 per
 pod is PgQueuer's per-worker cap `--max-concurrent-tasks 2`, which requires
-`--batch-size 1` (the cap must be at least twice the batch). A finished job leaves the queue
+`--batch-size 1` (the cap must be at least twice the batch); the I/O workload (many jobs in
+flight) keeps PgQueuer's default batch of 10. A finished job leaves the queue
 table for `pgqueuer_log`, so completion is "no row left in the queue" and history is
 pre-populated as log rows.
 """
@@ -26,10 +27,13 @@ from pgqueuer import PgQueuer, Queries
 from pgqueuer.db import AsyncpgDriver
 from pgqueuer.models import Job
 
-from benchmarks import probe
+from benchmarks import io_app, probe
 from benchmarks.workloads import Database, Kind
 
-ENTRYPOINTS: tuple[Kind, ...] = ("noop", "write", "latency")
+ENTRYPOINTS: tuple[Kind, ...] = ("noop", "write", "latency", "io")
+# The handlers' write pool (asyncpg), per process: 2 for two handlers; 4 for many jobs in
+# flight, psycopg_pool's default size, which procrastinate's worker and Celery's io task use.
+WRITE_POOL = {"write": 2, "io": 4}
 
 
 @contextlib.asynccontextmanager
@@ -44,13 +48,24 @@ async def create_pgqueuer() -> AsyncIterator[PgQueuer]:
     async def noop(job: Job) -> None:
         return None
 
+    pool_lock = asyncio.Lock()  # many jobs may find no pool at once: one creates it
+
+    async def insert(kind: Kind, item: int) -> None:
+        nonlocal pool
+        async with pool_lock:
+            if pool is None:
+                pool = await asyncpg.create_pool(probe.pg_dsn(), min_size=1, max_size=WRITE_POOL[kind])
+        await pool.execute("INSERT INTO bench_out (item_id) VALUES ($1)", item)
+
     @pgq.entrypoint("write")
     async def write(job: Job) -> None:
-        nonlocal pool
-        if pool is None:
-            pool = await asyncpg.create_pool(probe.pg_dsn(), min_size=1, max_size=2)
+        await insert("write", int(job.payload or b"0"))
+
+    @pgq.entrypoint("io")
+    async def io(job: Job) -> None:
         item = int(job.payload or b"0")
-        await pool.execute("INSERT INTO bench_out (item_id) VALUES ($1)", item)
+        await io_app.fetch(item)
+        await insert("io", item)
 
     @pgq.entrypoint("latency")
     async def latency(job: Job) -> None:
@@ -71,9 +86,10 @@ class PgQueuerSystem:
     database: Database = "postgresql"
     keeps_history = True
 
-    def __init__(self, *, pg_dsn: str, concurrency: int) -> None:
+    def __init__(self, *, pg_dsn: str, concurrency: int, batch_size: int = 1) -> None:
         self._pg_dsn = pg_dsn
         self._concurrency = concurrency
+        self._batch_size = batch_size
         self._loop = asyncio.new_event_loop()
         self._aconn: asyncpg.Connection | None = None
         self._queries: Queries | None = None
@@ -110,7 +126,7 @@ class PgQueuerSystem:
     def pod_command(self, kind: Kind, index: int) -> tuple[list[str], dict[str, str]]:
         argv = [
             sys.executable, "-m", "benchmarks.sys_pgqueuer",
-            "--batch-size", "1", "--max-concurrent-tasks", str(self._concurrency),
+            "--batch-size", str(self._batch_size), "--max-concurrent-tasks", str(self._concurrency),
         ]  # fmt: skip
         return argv, {"BENCH_PG_DSN": self._pg_dsn, "PGDSN": self._pg_dsn}
 

@@ -15,7 +15,7 @@ import procrastinate
 import psycopg
 from procrastinate.types import JSONValue
 
-from benchmarks import probe
+from benchmarks import io_app, probe
 from benchmarks.workloads import Database, Kind
 
 app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=probe.pg_dsn()))
@@ -39,7 +39,15 @@ async def latency(item: int) -> None:
     probe.handler_started(item)
 
 
-TASKS = {"noop": noop, "write": write, "latency": latency}
+@app.task(name="io")
+async def io(item: int) -> None:
+    await io_app.fetch(item)
+    await app.connector.execute_query_async(
+        "INSERT INTO bench_out (item_id) VALUES (%(item)s)", item=item
+    )
+
+
+TASKS = {"noop": noop, "write": write, "latency": latency, "io": io}
 
 
 class ProcrastinateSystem:

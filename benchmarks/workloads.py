@@ -25,7 +25,8 @@ import redis
 
 from benchmarks import probe, procs
 
-Kind = Literal["noop", "write", "latency", "enable", "dependent"]
+# io, io_sync: the I/O-bound workload (io_bound.py); io_sync is dbworker's sync handler of it.
+Kind = Literal["noop", "write", "latency", "enable", "dependent", "io", "io_sync"]
 # Kinds only dbworker has (issue 15's pick-up cases); other systems skip their workloads.
 DBWORKER_ONLY_KINDS = ("enable", "dependent")
 # One probe of the enable / dependent workloads waits at most this long for its handler.
@@ -185,7 +186,7 @@ def percentile(values: Sequence[float], pct: float) -> float:
     return ordered[rank - 1]
 
 
-def _wait_done(
+def wait_done(
     system: System,
     kind: Kind,
     items: range,
@@ -254,7 +255,7 @@ def _wait_done(
         time.sleep(interval)
 
 
-def _reset(system: System, history: int) -> None:
+def reset_system(system: System, history: int) -> None:
     """Reset, riding out a server restart by another engineer's tests (shared machine)."""
     for attempt in range(RESET_ATTEMPTS):
         try:
@@ -299,7 +300,7 @@ def run_once(
     pods: list[procs.Pod] = []
     result.load_1m = round(os.getloadavg()[0], 2)
     try:
-        _reset(system, history)
+        reset_system(system, history)
         redis_client.delete(probe.LATENCY_KEY, probe.FINISH_KEY)
         for index in range(workload.pods):
             argv, env = system.pod_command(workload.kind, index)
@@ -307,7 +308,7 @@ def run_once(
             pods.append(procs.start_pod(argv, env=env, log_path=log_path, cwd=cwd))
         procs.wait_alive(pods, 0.3)
         system.enqueue(list(warm), workload.kind)
-        _wait_done(system, workload.kind, warm, pods, timeout=180)
+        wait_done(system, workload.kind, warm, pods, timeout=180)
         done = workload.items
 
         db_samples: list[list[int]] = []
@@ -324,13 +325,13 @@ def run_once(
         cpu_before = sum(procs.tree_cpu_seconds(p) for p in pods)
         phase_start = time.perf_counter()
         if workload.kind == "latency":
-            _measure_latency(system, workload, measured, pods, redis_client, rng, result, sample)
+            measure_latency(system, workload, measured, pods, redis_client, rng, result, sample)
         elif workload.kind == "enable":
             _measure_enable(system, workload, measured, pods, redis_client, rng, result, sample)
         elif workload.kind == "dependent":
             _measure_dependent(system, workload, measured, pods, redis_client, rng, result, sample)
         else:
-            done = _measure_drain(system, workload, measured, pods, result, sample, budget)
+            done = measure_drain(system, workload, measured, pods, result, sample, budget)
         sample()
         cpu_after = sum(procs.tree_cpu_seconds(p) for p in pods)
         phase = time.perf_counter() - phase_start
@@ -352,7 +353,7 @@ def run_once(
     return result
 
 
-def _measure_drain(
+def measure_drain(
     system: System,
     workload: Workload,
     measured: range,
@@ -366,7 +367,7 @@ def _measure_drain(
     system.enqueue(list(measured), workload.kind)
     result.enqueue_seconds = time.perf_counter() - started
     timeout = max(180.0, workload.items / 10.0)
-    finished, left, first = _wait_done(
+    finished, left, first = wait_done(
         system, workload.kind, measured, pods, timeout=timeout, budget=budget, on_tick=sample
     )
     done = workload.items - left
@@ -382,7 +383,7 @@ def _measure_drain(
     return done
 
 
-def _measure_latency(
+def measure_latency(
     system: System,
     workload: Workload,
     measured: range,
@@ -401,7 +402,7 @@ def _measure_latency(
         system.enqueue([item], workload.kind)
         committed[item] = time.time()
     result.enqueue_seconds = time.perf_counter() - started
-    _wait_done(system, workload.kind, measured, pods, timeout=120, on_tick=sample)
+    wait_done(system, workload.kind, measured, pods, timeout=120, on_tick=sample)
     starts = probe.read_starts(redis_client)
     _record_latencies(result, starts, committed)
 
@@ -423,7 +424,7 @@ def _wait_item(
     system: System, kind: Kind, item: int, pods: Sequence[procs.Pod], sample: Callable[[], None]
 ) -> None:
     """Wait until ``item`` is complete, one probe at a time (at most PROBE_TIMEOUT)."""
-    _wait_done(system, kind, range(item, item + 1), pods, timeout=PROBE_TIMEOUT,
+    wait_done(system, kind, range(item, item + 1), pods, timeout=PROBE_TIMEOUT,
                interval=0.01, on_tick=sample)  # fmt: skip
 
 

@@ -70,6 +70,7 @@ class AsyncRunner:
         self.claimed_by = claimer.identity(config.parent_pid)
         self._complete = items.Completer(self.table)
         self._load = statements.load_source(config.source)
+        self._reads_in_autocommit = self.engine.dialect.name == "postgresql"
         self.running: dict[str, asyncio.Task[Report]] = {}
         # Each item's log records, kept with its attempt: one Capture, a context of its own per item's task.
         self._capture: attemptlogs.Capture | None = None
@@ -191,7 +192,14 @@ class AsyncRunner:
 
     async def _load_row(self, session: AsyncSession, claim: items.Claim) -> Any:
         """The claimed row, attached to ``session`` with no connection held: the handler's
-        session connects again when it uses it (so items waiting on I/O hold none)."""
+        session connects again when it uses it (so items waiting on I/O hold none).
+
+        The read's transaction ends before the handler runs either way, so on PostgreSQL it
+        runs in autocommit (``dialects.connect_reads``): one round trip instead of BEGIN, the
+        read and ROLLBACK (psycopg switches autocommit on the client and skips the ROLLBACK of
+        an idle connection)."""
+        if self._reads_in_autocommit:
+            await session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
         row = (await session.execute(self._load, {"dbw_key": claim.source_id})).scalar_one_or_none()
         if row is None:
             raise LookupError(f"source row {claim.source_id!r} of {self.config.source.__name__} no longer exists")

@@ -121,6 +121,12 @@ LOCKED_ROWS_MAX_WAIT = 1.0
 PREFETCH_BELOW_SECONDS = 0.5
 PREFETCH_WINDOW_SECONDS = 0.1
 PREFETCH_MAX_PER_SLOT = 16
+# An async worker whose items take under ASYNC_CLAIM_BATCH_BELOW_SECONDS on average claims
+# once a tenth of its slots are free (at least one), not for each item that finishes, so a
+# free slot waits about a tenth of a mean item, at most ~0.2 s (engine/runner.py); longer
+# items are claimed one by one as slots free up, as before.
+ASYNC_CLAIM_BATCH_DIVISOR = 10
+ASYNC_CLAIM_BATCH_BELOW_SECONDS = 2.0
 # A sweep from the start (a wrap) walks the finished history once: the next one waits at
 # least this many times as long as the last took, so wraps cost at most about 1% of the
 # time whatever the history (100,000 finished items: ~0.1 s on PostgreSQL here).

@@ -18,7 +18,13 @@ from dbworker.messages import Outcome
 from dbworker.observe import Observer
 from dbworker.pool import Pool
 from dbworker.sql.items import Claim
-from dbworker.tuning import PREFETCH_BELOW_SECONDS, PREFETCH_MAX_PER_SLOT, PREFETCH_WINDOW_SECONDS
+from dbworker.tuning import (
+    ASYNC_CLAIM_BATCH_BELOW_SECONDS,
+    ASYNC_CLAIM_BATCH_DIVISOR,
+    PREFETCH_BELOW_SECONDS,
+    PREFETCH_MAX_PER_SLOT,
+    PREFETCH_WINDOW_SECONDS,
+)
 from dbworker.workers import RegisteredWorker, describe_handler
 
 
@@ -47,6 +53,12 @@ class Runner:
         # answers "skipped" for one has not run it, and it is neither run nor given back.
         self._lost: set[str] = set()
         self._mean_seconds: float | None = None
+        # The fewest items worth a claim: 1, but for an async worker carrying many items
+        # that take under ASYNC_CLAIM_BATCH_BELOW_SECONDS on average, a tenth of them, so
+        # that items finishing one by one are not refilled by one claim round trip each (the
+        # claim, and the coordinator's and the server's work for it, come once per batch; an
+        # idle worker still claims at once; a free slot waits about a tenth of a mean item).
+        self._claim_batch = max(1, worker.concurrency // ASYNC_CLAIM_BATCH_DIVISOR) if worker.asynchronous else 1
 
     # --- any thread ----------------------------------------------------------------------
     def held_claims(self) -> list[Claim]:
@@ -99,6 +111,9 @@ class Runner:
         want = idle + self.prefetch() - queued
         if want <= 0 or (queued >= idle and queued > 0):
             return 0
+        mean = self._mean_seconds
+        if want < self._claim_batch and mean is not None and mean < ASYNC_CLAIM_BATCH_BELOW_SECONDS:
+            return 0  # a few slots of many, soon more: wait for them (about a tenth of a mean item)
         return want
 
     def enqueue(self, taken: list[Claim]) -> None:
