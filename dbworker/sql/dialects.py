@@ -184,8 +184,9 @@ def of(conn: Connection) -> Capabilities:
 def is_transient(exc: BaseException) -> bool:
     """True when ``exc`` says the database is unavailable or busy, not that a statement is wrong.
 
-    Connection loss, server shutdown, deadlocks, serialization failures, lock timeouts and
-    SQLite's "database is locked" qualify; a retry later can succeed.
+    Connection loss, server shutdown, deadlocks, serialization failures, lock timeouts,
+    SQLite's "database is locked" and a wait for a connection of a full pool that ran out
+    (SQLAlchemy's ``TimeoutError``) qualify; a retry later can succeed.
     """
     if isinstance(exc, sa.exc.DBAPIError):
         if exc.connection_invalidated:
@@ -201,7 +202,7 @@ def is_transient(exc: BaseException) -> bool:
         if "database is locked" in text or "database table is locked" in text or "busy" in text:
             return True
         return isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError)
-    return isinstance(exc, sa.exc.DisconnectionError | ConnectionError | TimeoutError)
+    return isinstance(exc, sa.exc.DisconnectionError | sa.exc.TimeoutError | ConnectionError | TimeoutError)
 
 
 def relax_statement(caps: Capabilities) -> sa.Select[Any] | None:

@@ -30,3 +30,5 @@ def test_transient_errors_are_told_from_bugs() -> None:
     assert dialects.is_transient(locked) and dialects.is_transient(deadlock)
     assert not dialects.is_transient(integrity)
     assert not dialects.is_transient(ValueError("x"))
+    # a full pool's wait that ran out (QueuePool limit ... timed out): busy, not wrong
+    assert dialects.is_transient(sa.exc.TimeoutError("QueuePool limit of size 5 overflow 10 reached"))
