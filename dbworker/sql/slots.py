@@ -12,6 +12,8 @@ Which limits and keys a claim needs is ``sql.limited``'s.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -75,18 +77,57 @@ def _where(slots: sa.Table, kind: int, key: str) -> list[sa.ColumnElement[bool]]
     return [slots.c.kind == kind, slots.c.limit_key == key]
 
 
+@dataclass
+class Seen:
+    """A slot row as a round read it: its number, holder, and whether its claim holds it now
+    (``busy``) with a lease that is over (``lapsed``). A round updates it as it takes slots."""
+
+    slot: int
+    holder: Any
+    token: str | None
+    busy: bool
+    lapsed: bool
+
+
+def read(
+    conn: Connection, slots: sa.Table, work: sa.Table, *, kind: int, keys: Sequence[str], per: float | None
+) -> dict[str, list[Seen]]:
+    """The slot rows of ``kind`` for each of ``keys`` (one statement for a whole round).
+
+    Locks: none (a plain read; ``take``'s conditional writes decide)."""
+    caps = dialects.of(conn)
+    s = slots.c
+    if per is None:
+        busy = _flag(holding(slots, work))
+        lapsed = _flag(_expired(slots, work, caps))
+    else:
+        busy = _flag(s.taken_at > caps.now_plus_param("dbw_back"))
+        lapsed = sa.literal(0)
+    found: dict[str, list[Seen]] = {key: [] for key in keys}
+    query = sa.select(s.limit_key, s.slot, s.source_id, s.claim_token, busy, lapsed).where(
+        s.kind == kind, s.limit_key.in_(sorted(found))
+    )
+    params = {"dbw_back": caps.seconds_value(-per)} if per is not None else {}
+    for key, slot, holder, token, is_busy, is_lapsed in conn.execute(query, params):
+        found[key].append(Seen(slot, holder, token, bool(is_busy), bool(is_lapsed)))
+    return found
+
+
 def take(
     conn: Connection, slots: sa.Table, work: sa.Table, *, kind: int, key: str, size: int, per: float | None,
-    source_id: Any, token: str,
+    source_id: Any, token: str, seen: list[Seen] | None = None,
 ) -> bool:  # fmt: skip
     """Take a free slot of (``kind``, ``key``) among ``size`` for the claim (``source_id``,
     ``token``); no commit. False when every slot is held (or, after a limit was lowered, as
-    many are held as the new size).
+    many are held as the new size). ``seen``: the key's rows as ``read`` returned them earlier
+    in this round (else they are read now); updated with the slot taken.
 
     A concurrency slot (``per`` None) is free when its claim is not current; one whose claim's
     lease is over is freed by giving that item back first (UNFINISHED, no token: its process,
     if alive, loses the claim at its next renewal and its commit is refused). A rate slot is
-    free ``per`` seconds after it was taken.
+    free ``per`` seconds after it was taken. A row seen busy may have been freed since (then
+    this round leaves it alone: it only misses a slot); one seen free is checked again by the
+    write.
 
     Locks: the slot row written (INSERT, or UPDATE by primary key) until the commit; a
     concurrent taker of the same slot waits, then finds it taken (the UPDATE's condition names
@@ -95,43 +136,37 @@ def take(
     """
     caps = dialects.of(conn)
     s = slots.c
+    if seen is None:
+        seen = read(conn, slots, work, kind=kind, keys=[key], per=per)[key]
     back = caps.seconds_value(-per) if per is not None else None
-    if per is None:
-        busy = _flag(holding(slots, work))
-        lapsed = _flag(_expired(slots, work, caps))
-    else:
-        busy = _flag(s.taken_at > caps.now_plus_param("dbw_back"))
-        lapsed = sa.literal(0)
-    rows = conn.execute(
-        sa.select(s.slot, s.source_id, s.claim_token, busy, lapsed).where(*_where(slots, kind, key)),
-        {"dbw_back": back} if back is not None else {},
-    ).all()
     held = 0
-    free: list[tuple[int, str | None]] = []
-    for slot, holder, holder_token, is_busy, is_lapsed in rows:
-        if is_busy and is_lapsed and _give_back(conn, work, caps, holder, holder_token):
-            is_busy = 0
-        if is_busy:
+    free: list[Seen] = []
+    for row in seen:
+        if row.busy and row.lapsed and _give_back(conn, work, caps, row.holder, row.token):
+            row.busy = row.lapsed = False
+        if row.busy:
             held += 1
-        elif slot < size:
-            free.append((slot, holder_token))
+        elif row.slot < size:
+            free.append(row)
     if held >= size:
         return False
     values = {"source_id": source_id, "claim_token": token, "taken_at": caps.now()}
-    present = {row[0] for row in rows}
+    present = {row.slot for row in seen}
     for slot in range(size):
         if slot not in present:
             insert = caps.insert_ignoring_duplicate(slots, "kind", "limit_key", "slot")
             if dialects.inserted(conn.execute(insert.values(kind=kind, limit_key=key, slot=slot, **values))):
+                seen.append(Seen(slot, source_id, token, busy=True, lapsed=False))
                 return True
     still_free = ~holding(slots, work) if per is None else s.taken_at <= caps.now_plus_param("dbw_back")
-    for slot, previous in free:
+    for row in free:
         update = (
             sa.update(slots)
-            .where(*_where(slots, kind, key), s.slot == slot, s.claim_token == previous, still_free)
+            .where(*_where(slots, kind, key), s.slot == row.slot, s.claim_token == row.token, still_free)
             .values(**values)
         )
         if conn.execute(update, {"dbw_back": back} if back is not None else {}).rowcount == 1:
+            row.holder, row.token, row.busy = source_id, token, True
             return True
     return False
 
@@ -162,7 +197,7 @@ def take_turn(conn: Connection, slots: sa.Table) -> None:
         conn.execute(sa.select(s.slot).where(*where).with_for_update())
 
 
-def _give_back(conn: Connection, work: sa.Table, caps: dialects.Capabilities, source_id: Any, token: str) -> bool:
+def _give_back(conn: Connection, work: sa.Table, caps: dialects.Capabilities, source_id: Any, token: str | None) -> bool:
     """End the claim ``token`` of ``source_id`` if its lease is over: the item is UNFINISHED
     and claimable again. True if it did (the slot is then free)."""
     w = work.c
