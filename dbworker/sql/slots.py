@@ -19,7 +19,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from dbworker.sql import dialects, names, tables
+from dbworker.limits import Kind
+from dbworker.sql import dialects, names, tables, transactions
 from dbworker.sql.states import UNFINISHED, WORKING
 
 
@@ -195,6 +196,34 @@ def take_turn(conn: Connection, slots: sa.Table) -> None:
         insert = caps.insert_ignoring_duplicate(slots, "kind", "limit_key", "slot")
         conn.execute(insert.values(kind=ROUND_KIND, limit_key="", slot=0, taken_at=caps.now()))
         conn.execute(sa.select(s.slot).where(*where).with_for_update())
+
+
+def prune(conn: Connection, slots: sa.Table, work: sa.Table, kinds: Sequence[Kind], *, batch: int) -> int:
+    """Delete up to ``batch`` free slot rows of each of ``kinds`` (a concurrency slot whose
+    claim is not current; a rate slot taken more than its ``per`` ago), committed; how many.
+
+    A free slot row is only a place a claim can take: ``take`` inserts a missing one, so
+    keys that no longer run leave no rows behind. Done in this worker's turn (``take_turn``):
+    no round is between reading a slot and writing it, so none can be taking a row this
+    deletes, and the delete's condition is the read's (a row taken since is left alone).
+    Rows of kinds this registration does not have (another deploy's) are left alone.
+
+    Locks: the round row, then the slot rows deleted, until the commit. Keys are read first
+    and deleted by key: MariaDB refuses a LIMIT in a subquery of IN.
+    """
+    caps = dialects.of(conn)
+    s = slots.c
+    deleted = 0
+    with transactions.committed(conn):
+        take_turn(conn, slots)
+        for kind in kinds:
+            free = ~holding(slots, work) if kind.per is None else s.taken_at <= caps.now_plus(-kind.per)
+            where = [s.kind == kind.number, free]
+            rows = conn.execute(sa.select(s.limit_key, s.slot).where(*where).limit(batch)).all()
+            if rows:
+                which = sa.tuple_(s.limit_key, s.slot).in_([tuple(row) for row in rows])
+                deleted += int(conn.execute(sa.delete(slots).where(*where, which)).rowcount)
+    return deleted
 
 
 def _give_back(conn: Connection, work: sa.Table, caps: dialects.Capabilities, source_id: Any, token: str | None) -> bool:
