@@ -30,12 +30,11 @@ def table_name(worker: str) -> str:
 
 def slots_table(work: sa.Table) -> sa.Table:
     """The slots table beside the work table ``work`` (same MetaData, same key type), defined once."""
-    name = table_name(work.name.removesuffix("_work"))
-    existing = work.metadata.tables.get(name)
+    existing = defined(work)
     if existing is not None:
         return existing
     return sa.Table(
-        name,
+        table_name(work.name.removesuffix("_work")),
         work.metadata,
         sa.Column("kind", sa.Integer(), primary_key=True, autoincrement=False),
         sa.Column("limit_key", sa.String(191), primary_key=True),
@@ -45,6 +44,11 @@ def slots_table(work: sa.Table) -> sa.Table:
         sa.Column("taken_at", tables.MICROSECONDS, nullable=False),
         info={"dbworker_work": work.name},
     )
+
+
+def defined(work: sa.Table) -> sa.Table | None:
+    """The slots table beside ``work`` if its worker has limits (registration defined it), else None."""
+    return work.metadata.tables.get(table_name(work.name.removesuffix("_work")))
 
 
 def holding(slots: sa.Table, work: sa.Table, caps: dialects.Capabilities | None = None) -> sa.ColumnElement[bool]:
