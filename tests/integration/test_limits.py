@@ -271,3 +271,15 @@ def test_free_slot_rows_are_pruned_in_batches_and_held_ones_kept(db: Database, c
     # The limits hold after the prune: customer 1 is still at its limit, customer 3 is free.
     limited.add_jobs(db.engine, [1, 3])
     assert _customers(db, _claim(db, c, 5)) == {3: 1}
+
+
+@pytest.mark.parametrize(("first", "expected"), [("customer", [7, 3, 9, 7, 3, 9]), ("parity", [7] * 6)])
+def test_turns_follow_the_first_keyed_limit(db: Database, coordinators: list[Coordinator], first: str,
+                                            expected: list[int]) -> None:  # fmt: skip
+    by_customer = Limit(key=Job.customer, concurrency=100)
+    by_parity = Limit(key=Job.customer % 2, concurrency=100)  # every customer here is odd: one key
+    c = _build(db, coordinators, [by_customer, by_parity] if first == "customer" else [by_parity, by_customer])
+    limited.add_jobs(db.engine, [7] * 50 + [3] * 2 + [9] * 3)
+    taken = _claim(db, c, 6)
+    with Session(db.engine) as s:
+        assert [s.get_one(Job, t.source_id).customer for t in taken] == expected
