@@ -16,7 +16,9 @@ import argparse
 import random
 import secrets
 import statistics
+import subprocess
 import time
+from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
@@ -100,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probes", type=int, default=30, help="pick-up probes per configuration")
     parser.add_argument("--repeat", type=int, default=1, help="drains per configuration, in turns")
     parser.add_argument("--pg-dsn", default=probe.pg_dsn(), help="a server; the run makes its own database")
+    parser.add_argument("--dbos-python", help="a Python with dbos installed: also run benchmarks/limits_dbos.py")
     args = parser.parse_args(argv)
     server = make_url(args.pg_dsn)
     database = f"bench_limits_{secrets.token_hex(4)}"
@@ -132,6 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         p_plain, p_limited = (statistics.median(p) * 1000 for p in pick_ups.values())
         print(f"pick-up p50 of a free key: {p_limited:.1f} ms limited, {p_plain:.1f} ms unlimited "
               f"({p_limited - p_plain:+.1f} ms)")  # fmt: skip
+    if args.dbos_python:  # the peer, after ours, on the same server (benchmarks/limits_dbos.py)
+        peer = Path(__file__).with_name("limits_dbos.py")
+        subprocess.run([args.dbos_python, str(peer), "--items", str(args.items), "--keys", str(args.keys),
+                        "--per-key", str(args.per_key), "--concurrency", str(args.concurrency),
+                        "--server", admin.url.render_as_string(hide_password=False)], check=True)  # fmt: skip
     return 0
 
 
