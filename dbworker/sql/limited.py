@@ -91,19 +91,26 @@ def fair_candidates(
 def held(
     slots_t: sa.Table, work: sa.Table, key_text: Any, kind: limits_.Kind, caps: dialects.Capabilities
 ) -> sa.ColumnElement[int]:
-    """How many slots of ``kind`` the key ``key_text`` holds now (read, not locked): for
-    concurrency, those live leases hold; for rate, starts within the period."""
+    """How many slots of ``kind`` the key ``key_text`` holds now (read, not locked)."""
     s = slots_t.c
-    now_held = slots.holding(slots_t, work, caps) if kind.per is None else s.taken_at > caps.now_plus(-kind.per)
-    return sa.select(sa.func.count()).where(s.kind == kind.number, s.limit_key == key_text, now_held).scalar_subquery()
+    now = held_now(slots_t, work, kind, caps)
+    return sa.select(sa.func.count()).where(s.kind == kind.number, s.limit_key == key_text, now).scalar_subquery()
 
 
 def held_by_key(slots_t: sa.Table, work: sa.Table, kind: limits_.Kind, caps: dialects.Capabilities) -> sa.Select[Any]:
-    """(``limit_key``, ``dbw_n``): the keys holding slots of ``kind`` now and how many (``held``'s
-    count, grouped over the kind's slot rows)."""
+    """(``limit_key``, ``dbw_n``): the keys holding slots of ``kind`` now and how many (``held``,
+    grouped over the kind's slot rows)."""
     s = slots_t.c
-    now_held = slots.holding(slots_t, work, caps) if kind.per is None else s.taken_at > caps.now_plus(-kind.per)
-    return sa.select(s.limit_key, sa.func.count().label("dbw_n")).where(s.kind == kind.number, now_held).group_by(s.limit_key)
+    now = held_now(slots_t, work, kind, caps)
+    return sa.select(s.limit_key, sa.func.count().label("dbw_n")).where(s.kind == kind.number, now).group_by(s.limit_key)
+
+
+def held_now(slots_t: sa.Table, work: sa.Table, kind: limits_.Kind, caps: dialects.Capabilities) -> sa.ColumnElement[bool]:
+    """A slot row of ``kind`` is held now: for concurrency, by a live lease; for rate, taken
+    within the period."""
+    if kind.per is None:
+        return slots.holding(slots_t, work, caps)
+    return slots_t.c.taken_at > caps.now_plus(-kind.per)
 
 
 def startable(
