@@ -1,18 +1,24 @@
-"""Drain with and without limits, side by side in one run (issue 29; docs/limits.md).
+"""Drain and pick-up with and without limits, side by side in one run (issue 29; docs/limits.md).
 
-``python -m benchmarks.limits [--items 10000] [--keys 100] [--per-key 2] [--concurrency 4]``:
-on a fresh PostgreSQL database, drains ``--items`` no-op items spread over ``--keys`` keys,
-first with no limits, then with ``Limit(key=customer, concurrency=--per-key)``, and prints
-items per second of each and their ratio. Figures as measured on this machine; nothing is
-asserted.
+``python -m benchmarks.limits [--items 10000] [--keys 100] [--per-key 2] [--concurrency 4]
+[--probes 30] [--repeat 1]``: on a fresh PostgreSQL database, drains ``--items`` no-op items
+spread over ``--keys`` keys, with no limits and with ``Limit(key=customer,
+concurrency=--per-key)`` (in turns, ``--repeat`` times each), and prints items per second of
+each and their ratio. Then, on the idle worker, ``--probes`` single items of a key that is
+free, one at a time 0.1-0.3 s apart: the pick-up, from the insert's commit to the handler's
+first line (its ``time.time()`` written to the row), p50 of each and the difference. Figures
+as measured on this machine; nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import secrets
+import statistics
+import subprocess
 import time
-from typing import Any
+from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
@@ -30,14 +36,20 @@ class Job(Base):
     __tablename__ = "bench_limits_jobs"
     id: Mapped[int] = mapped_column(primary_key=True)
     customer: Mapped[int] = mapped_column()
+    started: Mapped[float | None] = mapped_column(sa.Double(), nullable=True)  # pick-up probes only
+    probe: Mapped[bool] = mapped_column(default=False)
 
 
 def handle(job: Job, session: Session) -> Outcome:
+    if job.probe:
+        job.started = time.time()
     return Finished()
 
 
-def drain(url: str, *, items: int, keys: int, limits: list[Limit], concurrency: int, name: str) -> float:
-    """Seconds from start until every item is FINISHED."""
+def drain(
+    url: str, *, items: int, keys: int, limits: list[Limit], concurrency: int, name: str, probes: int
+) -> tuple[float, list[float]]:
+    """Seconds from start until every item is FINISHED, then ``probes`` pick-ups (seconds)."""
     engine = sa.create_engine(url)
     Base.metadata.drop_all(engine)
     Base.metadata.create_all(engine)
@@ -53,11 +65,32 @@ def drain(url: str, *, items: int, keys: int, limits: list[Limit], concurrency: 
         while True:
             with Session(engine) as s:
                 if c.workers[name].counts(s)[ExecutionStatus.FINISHED] >= items:
-                    return time.perf_counter() - start
+                    seconds = time.perf_counter() - start
+                    break
             time.sleep(0.2)
+        return seconds, [pick_up(engine, keys + n) for n in range(probes)]
     finally:
         c.stop(timeout=30)
         engine.dispose()
+
+
+def pick_up(engine: sa.Engine, customer: int) -> float:
+    """One item of a key no item holds: seconds from its insert's commit to its handler's start."""
+    time.sleep(random.uniform(0.1, 0.3))
+    with Session(engine) as s:
+        job = Job(customer=customer, probe=True)
+        s.add(job)
+        s.commit()
+        committed = time.time()
+        job_id = job.id
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with Session(engine) as s:
+            started = s.scalar(sa.select(Job.started).where(Job.id == job_id))
+        if started is not None:
+            return started - committed
+        time.sleep(0.005)
+    raise RuntimeError(f"probe {job_id} was not picked up in 30 s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,30 +99,47 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=100)
     parser.add_argument("--per-key", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--pg-dsn", default=probe.DEFAULT_PG_DSN)
+    parser.add_argument("--probes", type=int, default=30, help="pick-up probes per configuration")
+    parser.add_argument("--repeat", type=int, default=1, help="drains per configuration, in turns")
+    parser.add_argument("--pg-dsn", default=probe.pg_dsn(), help="a server; the run makes its own database")
+    parser.add_argument("--dbos-python", help="a Python with dbos installed: also run benchmarks/limits_dbos.py")
     args = parser.parse_args(argv)
     server = make_url(args.pg_dsn)
     database = f"bench_limits_{secrets.token_hex(4)}"
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+    # The server's maintenance database, not the DSN's (which need not exist).
+    admin = sa.create_engine(server.set(database="postgres"), isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.exec_driver_sql(f'CREATE DATABASE "{database}"')
     url = server.set(database=database).render_as_string(hide_password=False)
-    results: dict[str, Any] = {}
+    configs = {"no limits": [], f"concurrency {args.per_key} per key": [Limit(key=Job.customer, concurrency=args.per_key)]}
+    rates: dict[str, list[float]] = {label: [] for label in configs}
+    pick_ups: dict[str, list[float]] = {label: [] for label in configs}
     try:
-        for label, limits in (("no limits", []), (f"concurrency {args.per_key} per key", [
-                Limit(key=Job.customer, concurrency=args.per_key)])):  # fmt: skip
-            name = "plain" if not limits else "limited"
-            seconds = drain(url, items=args.items, keys=args.keys, limits=limits, concurrency=args.concurrency,
-                            name=name)  # fmt: skip
-            results[label] = seconds
-            print(f"{label}: {args.items} items over {args.keys} keys in {seconds:.2f} s "
-                  f"({args.items / seconds:.0f} items/s)", flush=True)  # fmt: skip
+        for n in range(args.repeat):
+            for label, limits in configs.items():
+                seconds, probes = drain(url, items=args.items, keys=args.keys, limits=limits,
+                                        concurrency=args.concurrency, name="limited" if limits else "plain",
+                                        probes=args.probes)  # fmt: skip
+                rates[label].append(args.items / seconds)
+                pick_ups[label] += probes
+                pick = f"; pick-up p50 {statistics.median(probes) * 1000:.1f} ms" if probes else ""
+                print(f"[{n + 1}] {label}: {args.items} items over {args.keys} keys in {seconds:.2f} s "
+                      f"({args.items / seconds:.0f} items/s){pick}", flush=True)  # fmt: skip
     finally:
         with admin.connect() as conn:
             conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
         admin.dispose()
-    plain, limited = results.values()
-    print(f"limited / unlimited throughput: {plain / limited:.2f}x")
+    plain, limited = (statistics.median(r) for r in rates.values())
+    print(f"limited / unlimited throughput (medians): {limited / plain:.2f}x")
+    if args.probes:
+        p_plain, p_limited = (statistics.median(p) * 1000 for p in pick_ups.values())
+        print(f"pick-up p50 of a free key: {p_limited:.1f} ms limited, {p_plain:.1f} ms unlimited "
+              f"({p_limited - p_plain:+.1f} ms)")  # fmt: skip
+    if args.dbos_python:  # the peer, after ours, on the same server (benchmarks/limits_dbos.py)
+        peer = Path(__file__).with_name("limits_dbos.py")
+        subprocess.run([args.dbos_python, str(peer), "--items", str(args.items), "--keys", str(args.keys),
+                        "--per-key", str(args.per_key), "--concurrency", str(args.concurrency),
+                        "--server", admin.url.render_as_string(hide_password=False)], check=True)  # fmt: skip
     return 0
 
 

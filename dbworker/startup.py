@@ -19,7 +19,7 @@ from sqlalchemy.engine import URL, Engine
 
 from dbworker import logs, redact, tracing
 from dbworker.child import ChildConfig
-from dbworker.sql import dialects, history, pauses, poolers, upgrade
+from dbworker.sql import dialects, history, pauses, poolers, slots, upgrade
 from dbworker.workers import RegisteredWorker
 
 log = logging.getLogger("dbworker")
@@ -87,7 +87,9 @@ def check_layout(engine: Engine, work_tables: list[sa.Table]) -> None:
     try:
         histories = [history.history_table(t) for t in work_tables]
         lacking = upgrade.lacking_columns(engine, [*work_tables, *histories])
-        absent = upgrade.missing(engine, histories)
+        # A worker given limits since its tables were made has no slots table yet.
+        limited = [s for s in map(slots.defined, work_tables) if s is not None]
+        absent = upgrade.missing(engine, [*histories, *limited])
     except Exception as exc:  # noqa: BLE001 - the loops report database errors as they go
         log.info("dbworker: could not check the work tables' layout: %s", redact.describe(exc))
         return

@@ -28,6 +28,15 @@ def key_column(lim: Limit) -> sa.ColumnElement[str]:
     return sa.func.coalesce(sa.cast(lim.key, sa.String()), "")
 
 
+def partition_column(lim: Limit) -> sa.ColumnElement[Any]:
+    """What a keyed limit's rows are grouped by for turns: its key text, or the key itself when
+    that is not a string (the same groups: such a value's text is never '', so NULL stays
+    alone; sorting numbers is several times cheaper than sorting their texts in a collation)."""
+    if isinstance(getattr(lim.key, "type", None), sa.String):
+        return key_column(lim)
+    return lim.key  # type: ignore[no-any-return]
+
+
 def fair_candidates(
     st: statements.Prebuilt, key: sa.Column[Any], table: sa.Table, eligible: Callable[[], sa.Select[Any]] | None,
     limits: Sequence[Limit], caps: dialects.Capabilities, *, per_key: int,
@@ -44,26 +53,35 @@ def fair_candidates(
     Locks: none (a plain read: the slot and claim writes decide).
     """
     base = statements.eligible_query(eligible, key)
-    order = list(getattr(base, "_order_by_clauses", ())) or [key]  # see statements.is_ordered
     inner = candidates.narrow(st, key, base.order_by(None), swept=False)
     texts = [key_column(lim).label(f"dbw_k{n}") for n, lim in enumerate(limits)]
-    inner_sq = inner.add_columns(*texts, sa.func.row_number().over(order_by=order).label("dbw_pos")).subquery()
     fair = limits_.fair_limit(limits)
-    partition = [inner_sq.c[f"dbw_k{fair}"]] if fair is not None else None
+    turns = [partition_column(limits[fair]).label("dbw_turn")] if fair is not None else []
+    # The position: the query's own order (a window over it), else the key itself (unique).
+    order = list(getattr(base, "_order_by_clauses", ()))  # see candidates.is_ordered
+    position = (sa.func.row_number().over(order_by=order) if order else key).label("dbw_pos")
+    inner_sq = inner.add_columns(*texts, *turns, position).subquery()
+    partition = [inner_sq.c.dbw_turn] if fair is not None else None
     rank = sa.func.row_number().over(partition_by=partition, order_by=inner_sq.c.dbw_pos).label("dbw_rank")
     ranked = sa.select(inner_sq, rank).subquery()
     slots_t = slots.slots_table(table)
     # Room left per key: a row of the fair key is looked at only if its rank fits in the slots
-    # not held now; other concurrency limits leave out keys with every slot held.
-    room = [
-        (ranked.c.dbw_rank if kind.limit == fair else sa.literal(1))
-        + held(slots_t, table, ranked.c[f"dbw_k{kind.limit}"], kind, caps) <= kind.size
-        for kind in limits_.kinds(limits)
-        if kind.per is None
-    ]
+    # not held now; other concurrency limits leave out keys with every slot held. The held
+    # counts are read once per kind (grouped over its slot rows) and joined, not counted per
+    # claimable row: a correlated count per row made PostgreSQL's estimate big enough to JIT.
+    joined: sa.FromClause = ranked
+    room = []
+    for kind in limits_.kinds(limits):
+        if kind.per is not None:
+            continue
+        counts = held_by_key(slots_t, table, kind, caps).subquery(f"dbw_held{kind.number}")
+        joined = joined.outerjoin(counts, counts.c.limit_key == ranked.c[f"dbw_k{kind.limit}"])
+        used = ranked.c.dbw_rank if kind.limit == fair else sa.literal(1)
+        room.append(used + sa.func.coalesce(counts.c.dbw_n, 0) <= kind.size)
     columns = [ranked.c[key.name], *(ranked.c[f"dbw_k{n}"] for n in range(len(limits)))]
     return (
         sa.select(*columns)
+        .select_from(joined)
         .where(ranked.c.dbw_rank <= per_key, *room)
         .order_by(ranked.c.dbw_rank, ranked.c.dbw_pos)
         .limit(sa.bindparam("dbw_limit", type_=sa.Integer(), literal_execute=True))
@@ -73,11 +91,26 @@ def fair_candidates(
 def held(
     slots_t: sa.Table, work: sa.Table, key_text: Any, kind: limits_.Kind, caps: dialects.Capabilities
 ) -> sa.ColumnElement[int]:
-    """How many slots of ``kind`` the key ``key_text`` holds now (read, not locked): for
-    concurrency, those live leases hold; for rate, starts within the period."""
+    """How many slots of ``kind`` the key ``key_text`` holds now (read, not locked)."""
     s = slots_t.c
-    now_held = slots.holding(slots_t, work, caps) if kind.per is None else s.taken_at > caps.now_plus(-kind.per)
-    return sa.select(sa.func.count()).where(s.kind == kind.number, s.limit_key == key_text, now_held).scalar_subquery()
+    now = held_now(slots_t, work, kind, caps)
+    return sa.select(sa.func.count()).where(s.kind == kind.number, s.limit_key == key_text, now).scalar_subquery()
+
+
+def held_by_key(slots_t: sa.Table, work: sa.Table, kind: limits_.Kind, caps: dialects.Capabilities) -> sa.Select[Any]:
+    """(``limit_key``, ``dbw_n``): the keys holding slots of ``kind`` now and how many (``held``,
+    grouped over the kind's slot rows)."""
+    s = slots_t.c
+    now = held_now(slots_t, work, kind, caps)
+    return sa.select(s.limit_key, sa.func.count().label("dbw_n")).where(s.kind == kind.number, now).group_by(s.limit_key)
+
+
+def held_now(slots_t: sa.Table, work: sa.Table, kind: limits_.Kind, caps: dialects.Capabilities) -> sa.ColumnElement[bool]:
+    """A slot row of ``kind`` is held now: for concurrency, by a live lease; for rate, taken
+    within the period."""
+    if kind.per is None:
+        return slots.holding(slots_t, work, caps)
+    return slots_t.c.taken_at > caps.now_plus(-kind.per)
 
 
 def startable(
@@ -126,23 +159,33 @@ def claim(
     with transactions.committed(conn):
         slots.take_turn(conn, slots_t)
         rows = conn.execute(query, {"dbw_limit": max(2 * limit, limit + 8)}).all()
+        texts = [[limits_.key_text(t) for t in row[1:]] for row in rows]
+        # Every slot row the round may need, read once per kind (not once per candidate).
+        seen = {kind.number: _read(conn, slots_t, table, kind, texts) for kind in kinds} if rows else {}
         full: set[tuple[int, str]] = set()
-        for row in rows:
+        for row, row_texts in zip(rows, texts, strict=True):
             if len(taken) >= limit:
                 break
-            source_id, texts = row[0], [limits_.key_text(t) for t in row[1:]]
-            needed = [(kind, texts[kind.limit]) for kind in kinds]
+            needed = [(kind, row_texts[kind.limit]) for kind in kinds]
             if any((kind.number, text) in full for kind, text in needed):
                 continue
-            got = _take(conn, st, slots_t, table, needed, full, source_id, lease)
+            got = _take(conn, st, slots_t, table, needed, full, seen, row[0], lease)
             if got is not None:
                 taken.append(got)
     return taken, len(rows)
 
 
+def _read(
+    conn: Connection, slots_t: sa.Table, table: sa.Table, kind: limits_.Kind, texts: list[list[str]]
+) -> dict[str, list[slots.Seen]]:
+    keys = sorted({row_texts[kind.limit] for row_texts in texts})
+    return slots.read(conn, slots_t, table, kind=kind.number, keys=keys, per=kind.per)
+
+
 def _take(
     conn: Connection, st: statements.Prebuilt, slots_t: sa.Table, table: sa.Table,
-    needed: list[tuple[limits_.Kind, str]], full: set[tuple[int, str]], source_id: Any, lease: Any,
+    needed: list[tuple[limits_.Kind, str]], full: set[tuple[int, str]], seen: dict[int, dict[str, list[slots.Seen]]],
+    source_id: Any, lease: Any,
 ) -> Claim | None:  # fmt: skip
     """The slots, then the claim, of one candidate; None if one failed (a full limit is added
     to ``full``). Slots won for a claim that was not made (the item was cancelled or reset
@@ -150,17 +193,8 @@ def _take(
     rate slot counts as a start."""
     token = str(uuid.uuid4())
     for kind, text in needed:
-        if not _slot(conn, slots_t, table, kind, text, source_id, token, full):
+        if not slots.take(conn, slots_t, table, kind=kind.number, key=text, size=kind.size, per=kind.per,
+                          source_id=source_id, token=token, seen=seen[kind.number][text]):  # fmt: skip
+            full.add((kind.number, text))
             return None
     return items.claim(conn, st, source_id, lease, token=token)
-
-
-def _slot(
-    conn: Connection, slots_t: sa.Table, table: sa.Table, kind: limits_.Kind, text: str, source_id: Any, token: str,
-    full: set[tuple[int, str]],
-) -> bool:  # fmt: skip
-    if slots.take(conn, slots_t, table, kind=kind.number, key=text, size=kind.size, per=kind.per,
-                  source_id=source_id, token=token):  # fmt: skip
-        return True
-    full.add((kind.number, text))
-    return False

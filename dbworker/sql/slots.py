@@ -12,12 +12,15 @@ Which limits and keys a claim needs is ``sql.limited``'s.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from dbworker.sql import dialects, names, tables
+from dbworker.limits import Kind
+from dbworker.sql import dialects, names, tables, transactions
 from dbworker.sql.states import UNFINISHED, WORKING
 
 
@@ -27,12 +30,11 @@ def table_name(worker: str) -> str:
 
 def slots_table(work: sa.Table) -> sa.Table:
     """The slots table beside the work table ``work`` (same MetaData, same key type), defined once."""
-    name = table_name(work.name.removesuffix("_work"))
-    existing = work.metadata.tables.get(name)
+    existing = defined(work)
     if existing is not None:
         return existing
     return sa.Table(
-        name,
+        table_name(work.name.removesuffix("_work")),
         work.metadata,
         sa.Column("kind", sa.Integer(), primary_key=True, autoincrement=False),
         sa.Column("limit_key", sa.String(191), primary_key=True),
@@ -42,6 +44,11 @@ def slots_table(work: sa.Table) -> sa.Table:
         sa.Column("taken_at", tables.MICROSECONDS, nullable=False),
         info={"dbworker_work": work.name},
     )
+
+
+def defined(work: sa.Table) -> sa.Table | None:
+    """The slots table beside ``work`` if its worker has limits (registration defined it), else None."""
+    return work.metadata.tables.get(table_name(work.name.removesuffix("_work")))
 
 
 def holding(slots: sa.Table, work: sa.Table, caps: dialects.Capabilities | None = None) -> sa.ColumnElement[bool]:
@@ -75,18 +82,57 @@ def _where(slots: sa.Table, kind: int, key: str) -> list[sa.ColumnElement[bool]]
     return [slots.c.kind == kind, slots.c.limit_key == key]
 
 
+@dataclass
+class Seen:
+    """A slot row as a round read it: its number, holder, and whether its claim holds it now
+    (``busy``) with a lease that is over (``lapsed``). A round updates it as it takes slots."""
+
+    slot: int
+    holder: Any
+    token: str | None
+    busy: bool
+    lapsed: bool
+
+
+def read(
+    conn: Connection, slots: sa.Table, work: sa.Table, *, kind: int, keys: Sequence[str], per: float | None
+) -> dict[str, list[Seen]]:
+    """The slot rows of ``kind`` for each of ``keys`` (one statement for a whole round).
+
+    Locks: none (a plain read; ``take``'s conditional writes decide)."""
+    caps = dialects.of(conn)
+    s = slots.c
+    if per is None:
+        busy = _flag(holding(slots, work))
+        lapsed = _flag(_expired(slots, work, caps))
+    else:
+        busy = _flag(s.taken_at > caps.now_plus_param("dbw_back"))
+        lapsed = sa.literal(0)
+    found: dict[str, list[Seen]] = {key: [] for key in keys}
+    query = sa.select(s.limit_key, s.slot, s.source_id, s.claim_token, busy, lapsed).where(
+        s.kind == kind, s.limit_key.in_(sorted(found))
+    )
+    params = {"dbw_back": caps.seconds_value(-per)} if per is not None else {}
+    for key, slot, holder, token, is_busy, is_lapsed in conn.execute(query, params):
+        found[key].append(Seen(slot, holder, token, bool(is_busy), bool(is_lapsed)))
+    return found
+
+
 def take(
     conn: Connection, slots: sa.Table, work: sa.Table, *, kind: int, key: str, size: int, per: float | None,
-    source_id: Any, token: str,
+    source_id: Any, token: str, seen: list[Seen] | None = None,
 ) -> bool:  # fmt: skip
     """Take a free slot of (``kind``, ``key``) among ``size`` for the claim (``source_id``,
     ``token``); no commit. False when every slot is held (or, after a limit was lowered, as
-    many are held as the new size).
+    many are held as the new size). ``seen``: the key's rows as ``read`` returned them earlier
+    in this round (else they are read now); updated with the slot taken.
 
     A concurrency slot (``per`` None) is free when its claim is not current; one whose claim's
     lease is over is freed by giving that item back first (UNFINISHED, no token: its process,
     if alive, loses the claim at its next renewal and its commit is refused). A rate slot is
-    free ``per`` seconds after it was taken.
+    free ``per`` seconds after it was taken. A row seen busy may have been freed since (then
+    this round leaves it alone: it only misses a slot); one seen free is checked again by the
+    write.
 
     Locks: the slot row written (INSERT, or UPDATE by primary key) until the commit; a
     concurrent taker of the same slot waits, then finds it taken (the UPDATE's condition names
@@ -95,43 +141,37 @@ def take(
     """
     caps = dialects.of(conn)
     s = slots.c
+    if seen is None:
+        seen = read(conn, slots, work, kind=kind, keys=[key], per=per)[key]
     back = caps.seconds_value(-per) if per is not None else None
-    if per is None:
-        busy = _flag(holding(slots, work))
-        lapsed = _flag(_expired(slots, work, caps))
-    else:
-        busy = _flag(s.taken_at > caps.now_plus_param("dbw_back"))
-        lapsed = sa.literal(0)
-    rows = conn.execute(
-        sa.select(s.slot, s.source_id, s.claim_token, busy, lapsed).where(*_where(slots, kind, key)),
-        {"dbw_back": back} if back is not None else {},
-    ).all()
     held = 0
-    free: list[tuple[int, str | None]] = []
-    for slot, holder, holder_token, is_busy, is_lapsed in rows:
-        if is_busy and is_lapsed and _give_back(conn, work, caps, holder, holder_token):
-            is_busy = 0
-        if is_busy:
+    free: list[Seen] = []
+    for row in seen:
+        if row.busy and row.lapsed and _give_back(conn, work, caps, row.holder, row.token):
+            row.busy = row.lapsed = False
+        if row.busy:
             held += 1
-        elif slot < size:
-            free.append((slot, holder_token))
+        elif row.slot < size:
+            free.append(row)
     if held >= size:
         return False
     values = {"source_id": source_id, "claim_token": token, "taken_at": caps.now()}
-    present = {row[0] for row in rows}
+    present = {row.slot for row in seen}
     for slot in range(size):
         if slot not in present:
             insert = caps.insert_ignoring_duplicate(slots, "kind", "limit_key", "slot")
             if dialects.inserted(conn.execute(insert.values(kind=kind, limit_key=key, slot=slot, **values))):
+                seen.append(Seen(slot, source_id, token, busy=True, lapsed=False))
                 return True
     still_free = ~holding(slots, work) if per is None else s.taken_at <= caps.now_plus_param("dbw_back")
-    for slot, previous in free:
+    for row in free:
         update = (
             sa.update(slots)
-            .where(*_where(slots, kind, key), s.slot == slot, s.claim_token == previous, still_free)
+            .where(*_where(slots, kind, key), s.slot == row.slot, s.claim_token == row.token, still_free)
             .values(**values)
         )
         if conn.execute(update, {"dbw_back": back} if back is not None else {}).rowcount == 1:
+            row.holder, row.token, row.busy = source_id, token, True
             return True
     return False
 
@@ -162,7 +202,35 @@ def take_turn(conn: Connection, slots: sa.Table) -> None:
         conn.execute(sa.select(s.slot).where(*where).with_for_update())
 
 
-def _give_back(conn: Connection, work: sa.Table, caps: dialects.Capabilities, source_id: Any, token: str) -> bool:
+def prune(conn: Connection, slots: sa.Table, work: sa.Table, kinds: Sequence[Kind], *, batch: int) -> int:
+    """Delete up to ``batch`` free slot rows of each of ``kinds`` (a concurrency slot whose
+    claim is not current; a rate slot taken more than its ``per`` ago), committed; how many.
+
+    A free slot row is only a place a claim can take: ``take`` inserts a missing one, so
+    keys that no longer run leave no rows behind. Done in this worker's turn (``take_turn``):
+    no round is between reading a slot and writing it, so none can be taking a row this
+    deletes, and the delete's condition is the read's (a row taken since is left alone).
+    Rows of kinds this registration does not have (another deploy's) are left alone.
+
+    Locks: the round row, then the slot rows deleted, until the commit. Keys are read first
+    and deleted by key: MariaDB refuses a LIMIT in a subquery of IN.
+    """
+    caps = dialects.of(conn)
+    s = slots.c
+    deleted = 0
+    with transactions.committed(conn):
+        take_turn(conn, slots)
+        for kind in kinds:
+            free = ~holding(slots, work) if kind.per is None else s.taken_at <= caps.now_plus(-kind.per)
+            where = [s.kind == kind.number, free]
+            rows = conn.execute(sa.select(s.limit_key, s.slot).where(*where).limit(batch)).all()
+            if rows:
+                which = sa.tuple_(s.limit_key, s.slot).in_([tuple(row) for row in rows])
+                deleted += int(conn.execute(sa.delete(slots).where(*where, which)).rowcount)
+    return deleted
+
+
+def _give_back(conn: Connection, work: sa.Table, caps: dialects.Capabilities, source_id: Any, token: str | None) -> bool:
     """End the claim ``token`` of ``source_id`` if its lease is over: the item is UNFINISHED
     and claimable again. True if it did (the slot is then free)."""
     w = work.c

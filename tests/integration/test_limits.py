@@ -13,7 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from dbworker import Coordinator, ExecutionStatus, Limit
-from dbworker.sql import claims, dialects, items, tables
+from dbworker import limits as limits_
+from dbworker.sql import claims, dialects, items, slots, tables
 from tests.apps import limited
 from tests.apps.limited import Job
 from tests.conftest import Database
@@ -231,3 +232,54 @@ def test_items_waiting_only_on_a_limit_are_not_backlog(db: Database, coordinator
     assert len(taken) == 3
     assert c.backlog("jobs") == 1  # customer 1 is at its limit; one of customer 2 could start
     assert c.backlog("jobs", cap=0) == 0
+
+
+def _slot_rows(db: Database, c: Coordinator) -> Counter[int]:
+    """How many rows the slots table has, by kind (the round row aside)."""
+    w = c.registrations()[0]
+    s = slots.slots_table(w.table)
+    with Session(db.engine) as session:
+        return Counter(session.execute(sa.select(s.c.kind).where(s.c.kind >= 0)).scalars())
+
+
+def _prune(c: Coordinator, batch: int) -> int:
+    w = c.registrations()[0]
+    with dialects.connect(c.engine) as conn:
+        return slots.prune(conn, slots.slots_table(w.table), w.table, limits_.kinds(w.limits), batch=batch)
+
+
+def test_free_slot_rows_are_pruned_in_batches_and_held_ones_kept(db: Database, coordinators: list[Coordinator]) -> None:
+    c = _build(db, coordinators, [Limit(key=Job.customer, concurrency=1), Limit(key=Job.customer, rate=50, per=0.5)])
+    limited.add_jobs(db.engine, [1, 2, 3, 4, 5])
+    taken = _claim(db, c, 5)
+    assert len(taken) == 5 and _slot_rows(db, c) == {0: 5, 3: 5}  # a concurrency and a rate slot per key
+    w = c.registrations()[0]
+    ended = [t for t in taken if t.source_id not in (1, 2)]  # job n is customer n's
+    with dialects.connect(c.engine) as conn:
+        for claim in ended:  # customers 3, 4 and 5 end; 1 and 2 still run
+            assert items.finish(conn, w.table, claim)
+        conn.commit()
+    assert _prune(c, batch=2) >= 2  # at most 2 a kind in one pass
+    pruned: list[int] = []
+
+    def all_free_gone() -> bool:
+        pruned.append(_prune(c, batch=2))
+        return _slot_rows(db, c) == {0: 2}  # the rate window passed: only the running items' slots
+
+    wait_until(all_free_gone, what="every free slot row pruned")
+    assert max(pruned) <= 4
+    # The limits hold after the prune: customer 1 is still at its limit, customer 3 is free.
+    limited.add_jobs(db.engine, [1, 3])
+    assert _customers(db, _claim(db, c, 5)) == {3: 1}
+
+
+@pytest.mark.parametrize(("first", "expected"), [("customer", [7, 3, 9, 7, 3, 9]), ("parity", [7] * 6)])
+def test_turns_follow_the_first_keyed_limit(db: Database, coordinators: list[Coordinator], first: str,
+                                            expected: list[int]) -> None:  # fmt: skip
+    by_customer = Limit(key=Job.customer, concurrency=100)
+    by_parity = Limit(key=Job.customer % 2, concurrency=100)  # every customer here is odd: one key
+    c = _build(db, coordinators, [by_customer, by_parity] if first == "customer" else [by_parity, by_customer])
+    limited.add_jobs(db.engine, [7] * 50 + [3] * 2 + [9] * 3)
+    taken = _claim(db, c, 6)
+    with Session(db.engine) as s:
+        assert [s.get_one(Job, t.source_id).customer for t in taken] == expected
