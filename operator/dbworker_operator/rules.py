@@ -108,6 +108,7 @@ DBWORKER_VARIABLES: dict[str, str | None] = {
     "DBWORKER_HOST": None,
     "DBWORKER_CONSOLE_TOKEN": "spec.console.tokenSecretRef",
     "DBWORKER_READ_ONLY": "spec.console.readOnly",
+    "DBWORKER_TRACE_URL": None,
     "DBWORKER_TRANSACTION_POOLER": "spec.database.transactionPooler",
     "DBWORKER_LISTEN_URL": "spec.database.listenUrlSecretRef",
     "DBWORKER_LOG_FORMAT": None,
