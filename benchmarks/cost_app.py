@@ -64,5 +64,9 @@ def noop(source: FleetItem, session: Session) -> Outcome:
 
 
 _url = os.environ.get("DATABASE_URL", DEFAULT_URL)
-coordinator = Coordinator(sessionmaker(create_engine(_url)), database_url=_url)
+# DBWORKER_COST_HISTORY: "on" (the default), "nologs" (history rows without log records),
+# "off" (history_attempts=0): what the attempt history costs, against the same library.
+_history = os.environ.get("DBWORKER_COST_HISTORY", "on")
+_options: dict[str, Any] = {"history_attempts": 0} if _history == "off" else {"history_logs": False} if _history == "nologs" else {}
+coordinator = Coordinator(sessionmaker(create_engine(_url)), database_url=_url, **_options)
 coordinator.transactional_worker(name="fleet", source=FleetItem)(noop)

@@ -65,8 +65,10 @@ def _pythonpath(library: Path) -> str:
 
 
 class Pod:
-    def __init__(self, library: Path, log_dir: Path, counts: Path | None) -> None:
+    def __init__(self, library: Path, log_dir: Path, counts: Path | None, history: str | None = None) -> None:
         env = {"DATABASE_URL": _url(DB), "PYTHONPATH": _pythonpath(library)}
+        if history is not None:
+            env["DBWORKER_COST_HISTORY"] = history
         if counts is not None:
             env["DBWORKER_COST_COUNTS"] = str(counts)
         self.pod = procs.start_pod([sys.executable, "-m", "dbworker", "run", APP, "--metrics-port", "0"],
@@ -159,12 +161,15 @@ def read_counts(directory: Path, pod: Pod) -> dict[str, collections.Counter[str]
     return roles
 
 
-def one_run(library: Path, args: argparse.Namespace, spy: Path | None) -> dict[str, float]:
-    """A fresh database and pod of ``library``: warm up, drain ``args.items``, then pick-ups."""
+def one_run(spec: str, args: argparse.Namespace, spy: Path | None) -> dict[str, float]:
+    """A fresh database and pod of ``spec`` (a checkout, ``#on|nologs|off`` after it for the
+    attempt history's setting in ``cost_app``): warm up, drain ``args.items``, then pick-ups."""
+    path, _, history = spec.partition("#")
+    library = Path(path)
     db = Database(reset(library))
     logs = Path(tempfile.mkdtemp(prefix="item-cost-"))
     counts_dir = logs / "counts" if args.count else None
-    pod = Pod(library, logs, counts_dir)
+    pod = Pod(library, logs, counts_dir, history or None)
     try:
         db.insert(1, 20)
         db.wait_finished(20, timeout=120)
@@ -263,16 +268,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", action="store_true", help="count statements per item (costs CPU)")
     parser.add_argument("--py-spy", type=Path, help="record py-spy flame data of each process here (first repeat)")
     parser.add_argument("--libraries", default=str(ROOT),
-                        help="comma-separated checkouts of dbworker, run interleaved (the first is the baseline)")
+                        help="comma-separated checkouts of dbworker, run interleaved (the first is the baseline); "
+                             "'<checkout>#off' runs it with history_attempts=0, '#nologs' with history_logs=False")
     parser.add_argument("--server-split", type=int, default=0, metavar="ROUNDS",
                         help="after the runs, PostgreSQL CPU per handler statement, each ROUNDS times")
     args = parser.parse_args(argv)
-    libraries = [Path(p).resolve() for p in args.libraries.split(",")]
-    rows: dict[Path, list[dict[str, float]]] = {lib: [] for lib in libraries}
+    libraries = [str(Path(p.partition("#")[0]).resolve()) + p.partition("#")[1] + p.partition("#")[2]
+                 for p in args.libraries.split(",")]  # fmt: skip
+    rows: dict[str, list[dict[str, float]]] = {lib: [] for lib in libraries}
     for repeat in range(args.repeats):
         order = libraries[repeat % len(libraries):] + libraries[: repeat % len(libraries)]
         for library in order:
-            spy = None if args.py_spy is None or repeat else args.py_spy / library.name
+            spy = None if args.py_spy is None or repeat else args.py_spy / Path(library.replace("#", "-")).name
             row = one_run(library, args, spy)
             rows[library].append(row)
             print(f"repeat {repeat + 1} {library}: " + ", ".join(f"{k} {v:.3f}" for k, v in row.items()), flush=True)
