@@ -308,15 +308,34 @@ async def _serve(config: child.ChildConfig, conn: Any) -> None:
                 pass  # the coordinator went away: the parent watch ends this process
 
     stopped = asyncio.Event()
+    finished: list[Report] = []
+
+    def send_finished() -> None:
+        batch = finished[:]
+        finished.clear()
+        if batch:
+            send((messages.DONES, batch))
+
+    def done(report: Report) -> None:
+        """Reports of one turn of the loop go back in one message (sent at its next turn)."""
+        if not finished:
+            loop.call_soon(send_finished)
+        finished.append(report)
+
+    def start(source_id: Any, token: str, trace: str | None) -> None:
+        # trace: the claim span's, parent of the item's process span
+        runner.start(items.Claim(source_id, token, trace=trace), done)
 
     def on_message(message: Any) -> None:
         if message is messages.STOP:
             stopped.set()
         elif message[0] == messages.CANCEL:
             runner.cancel(message[1])
+        elif message[0] == messages.RUNS:
+            for run in message[1]:
+                start(*run)
         else:
-            _, source_id, token, trace = message  # trace: the claim span's, parent of the item's process span
-            runner.start(items.Claim(source_id, token, trace=trace), lambda report: send((messages.DONE, report)))
+            start(*message[1:])
 
     def read() -> None:
         while True:
@@ -340,6 +359,7 @@ async def _serve(config: child.ChildConfig, conn: Any) -> None:
             await asyncio.gather(*runner.running.values(), return_exceptions=True)
         beat.cancel()
     finally:
+        send_finished()  # the last turn's reports, before the process ends
         watch.stop()
         await runner.close()
         tracing.flush()  # before the process ends: its spans reach the exporter

@@ -23,6 +23,11 @@ READY = "ready"
 SKIPPED = "skipped"
 DONE = "done"
 HEALTH = "health"
+# Async handler processes, batched: ("runs", [(source_id, token, traceparent), ...]) from
+# the pool, ("dones", [Report, ...]) back: one pipe message for what one dispatch hands
+# over, and for what one turn of the event loop finished.
+RUNS = "runs"
+DONES = "dones"
 
 
 
