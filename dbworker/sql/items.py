@@ -139,7 +139,7 @@ def renew(conn: Connection, table: sa.Table, claims: Sequence[Claim], *, lease_s
 
 def _held_by_another(conn: Connection, holders: sa.Select[Any], claims: Sequence[Claim]) -> list[Claim]:
     """Those of ``claims`` whose record is gone or held under another token."""
-    held = dict(conn.execute(holders, {"dbw_sids": [c.source_id for c in claims]}).tuples().all())
+    held: dict[Any, Any] = dict(conn.execute(holders, {"dbw_sids": [c.source_id for c in claims]}).tuples().all())
     return [c for c in claims if c.source_id not in held or (held[c.source_id] not in (None, c.token))]
 
 
