@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 import sqlalchemy as sa
 from sqlalchemy.pool import SingletonThreadPool, StaticPool
 
-from dbworker import attemptlogs, child, loopwatch, messages, progress, redact, tracing
+from dbworker import aiorows, attemptlogs, child, loopwatch, messages, progress, redact, tracing
 from dbworker.contract import AsyncHandler, ExecutionStatus, Finished, LostClaim, Unfinished
 from dbworker.contract import Outcome as HandlerOutcome
 from dbworker.messages import DELETED, FINISHED, LOST, RETRY, TIMED_OUT, UNFINISHED, Outcome, Report
@@ -71,6 +71,7 @@ class AsyncRunner:
         self._complete = items.Completer(self.table)
         self._load = statements.load_source(config.source)
         self._reads_in_autocommit = self.engine.dialect.name == "postgresql"
+        self._rows = aiorows.RowLoader(self.engine, config.source, autocommit=self._reads_in_autocommit)
         self.running: dict[str, asyncio.Task[Report]] = {}
         # Each item's log records, kept with its attempt: one Capture, a context of its own per item's task.
         self._capture: attemptlogs.Capture | None = None
@@ -192,12 +193,18 @@ class AsyncRunner:
 
     async def _load_row(self, session: AsyncSession, claim: items.Claim) -> Any:
         """The claimed row, attached to ``session`` with no connection held: the handler's
-        session connects again when it uses it (so items waiting on I/O hold none).
+        session connects again when it uses it (so items waiting on I/O hold none). Read
+        with the rows of the other items started in the same turn of the loop (``aiorows``),
+        else alone.
 
         The read's transaction ends before the handler runs either way, so on PostgreSQL it
         runs in autocommit (``dialects.connect_reads``): one round trip instead of BEGIN, the
         read and ROLLBACK (psycopg switches autocommit on the client and skips the ROLLBACK of
         an idle connection)."""
+        row = await self._rows.get(claim.source_id)
+        if row is not aiorows.AGAIN:
+            session.add(row)
+            return row
         if self._reads_in_autocommit:
             await session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
         row = (await session.execute(self._load, {"dbw_key": claim.source_id})).scalar_one_or_none()
