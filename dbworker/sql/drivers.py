@@ -13,8 +13,9 @@ from sqlalchemy.engine import URL, make_url
 
 # The most connections an async handler process holds, all kept open between items: a
 # connection is held for the row's read and the final commit only, so a few carry a hundred
-# items awaiting I/O (4 lost nothing against 15 in benchmarks/io_bound), and none is opened
-# and closed again per burst, as SQLAlchemy's overflow connections beyond pool_size were.
+# items awaiting I/O (benchmarks/io_bound: a pod of 2 x 100 at 10 connections, not 32, for
+# ~0.8x the items/s of 15 each), and none is opened and closed again per burst, as
+# SQLAlchemy's overflow connections beyond pool_size were.
 ASYNC_POOL_MAX = 4
 
 # Drivers SQLAlchemy runs under asyncio, and the one chosen per server when the URL names a sync one.
