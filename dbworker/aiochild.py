@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 import sqlalchemy as sa
 from sqlalchemy.pool import SingletonThreadPool, StaticPool
 
-from dbworker import attemptlogs, child, loopwatch, messages, progress, redact, tracing
+from dbworker import aiorows, attemptlogs, child, loopwatch, messages, progress, redact, tracing
 from dbworker.contract import AsyncHandler, ExecutionStatus, Finished, LostClaim, Unfinished
 from dbworker.contract import Outcome as HandlerOutcome
 from dbworker.messages import DELETED, FINISHED, LOST, RETRY, TIMED_OUT, UNFINISHED, Outcome, Report
@@ -71,6 +71,7 @@ class AsyncRunner:
         self._complete = items.Completer(self.table)
         self._load = statements.load_source(config.source)
         self._reads_in_autocommit = self.engine.dialect.name == "postgresql"
+        self._rows = aiorows.RowLoader(self.engine, config.source, autocommit=self._reads_in_autocommit)
         self.running: dict[str, asyncio.Task[Report]] = {}
         # Each item's log records, kept with its attempt: one Capture, a context of its own per item's task.
         self._capture: attemptlogs.Capture | None = None
@@ -192,12 +193,18 @@ class AsyncRunner:
 
     async def _load_row(self, session: AsyncSession, claim: items.Claim) -> Any:
         """The claimed row, attached to ``session`` with no connection held: the handler's
-        session connects again when it uses it (so items waiting on I/O hold none).
+        session connects again when it uses it (so items waiting on I/O hold none). Read
+        with the rows of the other items started in the same turn of the loop (``aiorows``),
+        else alone.
 
         The read's transaction ends before the handler runs either way, so on PostgreSQL it
         runs in autocommit (``dialects.connect_reads``): one round trip instead of BEGIN, the
         read and ROLLBACK (psycopg switches autocommit on the client and skips the ROLLBACK of
         an idle connection)."""
+        row = await self._rows.get(claim.source_id)
+        if row is not aiorows.AGAIN:
+            session.add(row)
+            return row
         if self._reads_in_autocommit:
             await session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
         row = (await session.execute(self._load, {"dbw_key": claim.source_id})).scalar_one_or_none()
@@ -308,15 +315,34 @@ async def _serve(config: child.ChildConfig, conn: Any) -> None:
                 pass  # the coordinator went away: the parent watch ends this process
 
     stopped = asyncio.Event()
+    finished: list[Report] = []
+
+    def send_finished() -> None:
+        batch = finished[:]
+        finished.clear()
+        if batch:
+            send((messages.DONES, batch))
+
+    def done(report: Report) -> None:
+        """Reports of one turn of the loop go back in one message (sent at its next turn)."""
+        if not finished:
+            loop.call_soon(send_finished)
+        finished.append(report)
+
+    def start(source_id: Any, token: str, trace: str | None) -> None:
+        # trace: the claim span's, parent of the item's process span
+        runner.start(items.Claim(source_id, token, trace=trace), done)
 
     def on_message(message: Any) -> None:
         if message is messages.STOP:
             stopped.set()
         elif message[0] == messages.CANCEL:
             runner.cancel(message[1])
+        elif message[0] == messages.RUNS:
+            for run in message[1]:
+                start(*run)
         else:
-            _, source_id, token, trace = message  # trace: the claim span's, parent of the item's process span
-            runner.start(items.Claim(source_id, token, trace=trace), lambda report: send((messages.DONE, report)))
+            start(*message[1:])
 
     def read() -> None:
         while True:
@@ -340,6 +366,7 @@ async def _serve(config: child.ChildConfig, conn: Any) -> None:
             await asyncio.gather(*runner.running.values(), return_exceptions=True)
         beat.cancel()
     finally:
+        send_finished()  # the last turn's reports, before the process ends
         watch.stop()
         await runner.close()
         tracing.flush()  # before the process ends: its spans reach the exporter

@@ -53,6 +53,7 @@ class Proc:
     conn: Connection | None = None
     state: State = State.DEAD  # STARTING, IDLE (ready: takes items up to capacity) or DEAD
     claims: dict[str, Claim] = field(default_factory=dict)
+    outbox: list[tuple[Any, str, str | None]] = field(default_factory=list)  # runs not yet sent (``flush``)
     since: dict[str, float] = field(default_factory=dict)  # when each started (monotonic)
     ended: dict[str, Outcome] = field(default_factory=dict)  # why the pool killed the process, per item
     lag: float = 0.0  # the worst event-loop lag of its last health report
@@ -76,6 +77,7 @@ class AsyncPool:
         self._handler = handler
         self._procs = [Proc(i, n) for i, n in enumerate(split(concurrency, processes))]
         self._lock = threading.Lock()
+        self._sending = threading.Lock()  # runs are sent before a cancel that follows them
         self._respawn = [Backoff(RESPAWN_FIRST_WAIT, RESPAWN_MAX_WAIT) for _ in self._procs]
 
     # --- views, safe from any thread -------------------------------------------------
@@ -113,21 +115,30 @@ class AsyncPool:
         child_end.close()
         with self._lock:
             proc.process, proc.conn, proc.state, proc.lag, proc.blocker = process, parent_end, State.STARTING, 0.0, None
-            proc.claims, proc.since, proc.ended = {}, {}, {}
+            proc.claims, proc.since, proc.ended, proc.outbox = {}, {}, {}, []
 
     def submit(self, claim: Claim, *, pipelined: bool) -> None:
-        """Hand ``claim`` to the live process with the most room (``open()`` said there is)."""
+        """Hand ``claim`` to the live process with the most room (``open()`` said there is);
+        it is sent with the others of this dispatch at ``flush``."""
         with self._lock:
             ready = [p for p in self._procs if p.state is State.IDLE and not p.ended]
             proc = max(ready, key=lambda p: p.capacity - len(p.claims))
             assert len(proc.claims) < proc.capacity
             proc.claims[claim.token], proc.since[claim.token] = claim, time.monotonic()
-            conn = proc.conn
-        assert conn is not None
-        try:
-            conn.send(messages.run(claim.source_id, claim.token, claim.trace))
-        except OSError:
-            pass  # it died just now; wait() reports the death with this claim
+            proc.outbox.append((claim.source_id, claim.token, claim.trace))
+
+    def flush(self) -> None:
+        """Send each process the runs handed to it since the last flush, in one message."""
+        with self._sending:
+            with self._lock:
+                sends = [(p.conn, p.outbox) for p in self._procs if p.outbox and p.conn is not None]
+                for p in self._procs:
+                    p.outbox = []
+            for conn, runs in sends:
+                try:
+                    conn.send((messages.RUNS, runs))
+                except OSError:
+                    pass  # it died just now; wait() reports the death with these claims
 
     def recall_long(self) -> float | None:
         return None  # nothing waits behind a running item
@@ -182,11 +193,12 @@ class AsyncPool:
                             "or run it with asyncio.to_thread()", self._config.worker, self._handler, what,
                             proc.index, lag, in_flight)  # fmt: skip
             return [Health(proc.index, float(lag), int(in_flight))]
-        report: messages.Report = message[1]
+        reports: list[messages.Report] = message[1] if message[0] == messages.DONES else [message[1]]
         with self._lock:
-            claim = proc.claims.pop(report.token)
-            proc.since.pop(report.token, None)
-        return [Done(claim, report)]
+            done: list[Event | Health] = [Done(proc.claims.pop(r.token), r) for r in reports]
+            for r in reports:
+                proc.since.pop(r.token, None)
+        return done
 
     def _on_death(self, proc: Proc) -> list[Event]:
         assert proc.process is not None and proc.conn is not None
@@ -237,16 +249,18 @@ class AsyncPool:
 
     def end_claims(self, tokens: set[str], reason: Outcome) -> int:
         """Cancel the coroutines of these claims (lost); each process reports them ended."""
-        sends: list[tuple[Connection, str]] = []
-        with self._lock:
-            for p in self._procs:
-                if p.conn is not None and p.state is not State.DEAD:
-                    sends += [(p.conn, t) for t in p.claims if t in tokens]
-        for conn, token in sends:
-            try:
-                conn.send(messages.cancel(token))
-            except OSError:
-                pass  # it died: wait() reports the death with the claim
+        self.flush()
+        with self._sending:
+            sends: list[tuple[Connection, str]] = []
+            with self._lock:
+                for p in self._procs:
+                    if p.conn is not None and p.state is not State.DEAD:
+                        sends += [(p.conn, t) for t in p.claims if t in tokens]
+            for conn, token in sends:
+                try:
+                    conn.send(messages.cancel(token))
+                except OSError:
+                    pass  # it died: wait() reports the death with the claim
         return len(sends)
 
     def end_busy(self, reason: Outcome) -> int:

@@ -1,7 +1,8 @@
 """The parent/child pipe protocol and the outcome names everyone shares.
 
 The pool sends ``run``, ``cancel`` and ``STOP`` to a handler process; the process answers
-``ready``, ``skipped`` and ``done`` (with a ``Report``). Outcome names are what a handler
+``ready``, ``skipped`` and ``done`` (with a ``Report``); async handler processes take
+``runs`` and answer ``dones`` (lists of the same). Outcome names are what a handler
 process reports (``REPORTED``) and what observers and metrics see (``OUTCOMES``). Plain
 data only: both sides of the pipe and the metrics import this, and it imports nothing.
 """
@@ -23,6 +24,11 @@ READY = "ready"
 SKIPPED = "skipped"
 DONE = "done"
 HEALTH = "health"
+# Async handler processes, batched: ("runs", [(source_id, token, traceparent), ...]) from
+# the pool, ("dones", [Report, ...]) back: one pipe message for what one dispatch hands
+# over, and for what one turn of the event loop finished.
+RUNS = "runs"
+DONES = "dones"
 
 
 

@@ -196,6 +196,9 @@ class Pool:
         except OSError:
             pass  # it died just now; wait() reports the death with this claim
 
+    def flush(self) -> None:
+        """Nothing to send: ``submit`` sent each item at once."""
+
     def recall_long(self) -> float | None:
         """Take back items pending behind one running longer than ``recall_after``.
 

@@ -95,12 +95,18 @@ class Runner:
     def dispatch(self) -> None:
         """Hand queued items to the processes that can take one."""
         pipelined = self.pipelined()
-        while self.pool.open(pipelined=pipelined) > 0:
-            with self._lock:
-                if not self._queue:
-                    break
-                claim = self._queue.popleft()
-            self.pool.submit(claim, pipelined=pipelined)
+        handed = 0
+        try:
+            while self.pool.open(pipelined=pipelined) > 0:
+                with self._lock:
+                    if not self._queue:
+                        break
+                    claim = self._queue.popleft()
+                self.pool.submit(claim, pipelined=pipelined)
+                handed += 1
+        finally:
+            self.pool.flush()  # an async pool sends what this dispatch handed over, together
+        if handed:
             self._observer.active(self._worker.name, running=self.running())
 
     def wanted(self) -> int:

@@ -11,10 +11,12 @@ from typing import Any
 
 from sqlalchemy.engine import URL, make_url
 
-# The most connections an async handler process holds (SQLAlchemy's default pool_size +
-# max_overflow), and how many of them it keeps open between items.
-ASYNC_POOL_MAX = 15
-ASYNC_POOL_KEPT = 5
+# The most connections an async handler process holds, all kept open between items: a
+# connection is held for the row's read and the final commit only, so a few carry a hundred
+# items awaiting I/O (benchmarks/io_bound: a pod of 2 x 100 at 10 connections, not 32, for
+# ~0.8x the items/s of 15 each), and none is opened and closed again per burst, as
+# SQLAlchemy's overflow connections beyond pool_size were.
+ASYNC_POOL_MAX = 4
 
 # Drivers SQLAlchemy runs under asyncio, and the one chosen per server when the URL names a sync one.
 ASYNC_DRIVERS = frozenset({"aiosqlite", "psycopg", "psycopg_async", "asyncpg", "aiomysql", "asyncmy"})
@@ -41,10 +43,8 @@ def async_url(url: str | URL) -> URL:
 def async_engine_options(options: Mapping[str, Any], capacity: int) -> dict[str, Any]:
     """``options`` for ``create_async_engine`` in a process running up to ``capacity`` items:
     unless the application sized the pool itself (``pool_size``, ``max_overflow`` or a
-    ``poolclass``), at most ``min(capacity, ASYNC_POOL_MAX)`` connections, of which up to
-    ``ASYNC_POOL_KEPT`` stay open between items. Coroutines beyond that wait for a connection."""
+    ``poolclass``), at most ``min(capacity, ASYNC_POOL_MAX)`` connections, each kept open
+    once opened. Coroutines beyond that wait for a connection."""
     if {"pool_size", "max_overflow", "poolclass"} & options.keys():
         return dict(options)
-    most = min(capacity, ASYNC_POOL_MAX)
-    kept = min(most, ASYNC_POOL_KEPT)
-    return {**options, "pool_size": kept, "max_overflow": most - kept}
+    return {**options, "pool_size": min(capacity, ASYNC_POOL_MAX), "max_overflow": 0}

@@ -1,4 +1,4 @@
-"""Writes under a claim's token (the fence): renew a lease, record an outcome, step over.
+"""Writes under a claim's token (the fence): renew a lease (or many at once), record an outcome, step over.
 
 Each changes the work record of ``dbw_sid`` only while the claim ``dbw_token`` still holds
 it (``predicates.fenced``), so a claim another process took over, or one that was cancelled,
@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from dbworker.sql import dialects
-from dbworker.sql.predicates import UNFINISHED, fenced
+from dbworker.sql.predicates import UNFINISHED, WORKING, fenced
 
 
 def renew(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
@@ -22,6 +22,22 @@ def renew(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
     COMMITTED, released at once when the row does not match). SQLite: the write lock.
     """
     return sa.update(table).where(fenced(table)).values(lease_expires_at=caps.now_plus_param("dbw_lease"))
+
+
+def renew_many(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
+    """Extend by ``dbw_lease`` the leases of the records of ``dbw_sids`` still held by one of
+    the claims ``dbw_tokens`` (expanding parameters): one statement for many claims, each
+    record changed only under its own claim's token (tokens are unique per claim), so the row
+    count is the number of claims still held.
+
+    Locks: as ``renew``, each matched work row by its primary key.
+    """
+    w = table.c
+    return sa.update(table).where(
+        w.source_id.in_(sa.bindparam("dbw_sids", expanding=True)),
+        w.claim_token.in_(sa.bindparam("dbw_tokens", expanding=True)),
+        w.execution_status == WORKING,
+    ).values(lease_expires_at=caps.now_plus_param("dbw_lease"))
 
 
 def complete(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
@@ -59,6 +75,13 @@ def step_over(table: sa.Table) -> sa.Update:
         traceback=None,
         not_before=None,
         attempts=0,
+    )
+
+
+def holders(table: sa.Table) -> sa.Select[Any]:
+    """The source key and claim token of each record of ``dbw_sids`` (expanding). Locks: none."""
+    return sa.select(table.c.source_id, table.c.claim_token).where(
+        table.c.source_id.in_(sa.bindparam("dbw_sids", expanding=True))
     )
 
 

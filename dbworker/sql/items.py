@@ -110,9 +110,14 @@ def claim_in_one_statement(conn: Connection, one_shot: statements.Precompiled, p
 # --- renew ---------------------------------------------------------------------------------
 
 
+RENEW_CHUNK = 500  # claims per renewing statement (bound parameters stay well under every server's limit)
+
+
 def renew(conn: Connection, table: sa.Table, claims: Sequence[Claim], *, lease_seconds: float) -> list[Claim]:
     """Extend the leases of ``claims`` still held; commit; return the claims another process holds now.
 
+    One UPDATE per RENEW_CHUNK claims (``fenced.renew_many``), in one transaction; only when
+    it matched fewer rows than claims are their records read to tell which claims are lost.
     A claim whose item just ended (its handler committed while we renewed, before the
     coordinator heard of it) is not lost: its record has no token any more.
     """
@@ -120,19 +125,22 @@ def renew(conn: Connection, table: sa.Table, claims: Sequence[Claim], *, lease_s
     st = statements.of(conn, table)
     lease = caps.seconds_value(lease_seconds)
     lost: list[Claim] = []
+    ordered = sorted({c.token: c for c in claims}.values(), key=lambda c: c.source_id)  # one lock order
     with transactions.committed(conn):
         if st.relax is not None:
             conn.execute(st.relax)
-        for c in claims:
-            params = {"dbw_sid": c.source_id, "dbw_token": c.token, "dbw_lease": lease}
-            if conn.execute(st.renew, params).rowcount != 1 and _claimed_by_another(conn, table, c):
-                lost.append(c)
+        for at in range(0, len(ordered), RENEW_CHUNK):
+            chunk = ordered[at : at + RENEW_CHUNK]
+            params = {"dbw_sids": [c.source_id for c in chunk], "dbw_tokens": [c.token for c in chunk], "dbw_lease": lease}
+            if conn.execute(st.renew_many, params).rowcount != len(chunk):
+                lost += _held_by_another(conn, st.holders, chunk)
     return lost
 
 
-def _claimed_by_another(conn: Connection, table: sa.Table, claim: Claim) -> bool:
-    token = conn.execute(statements.holder(table, claim.source_id)).first()
-    return token is None or (token[0] is not None and token[0] != claim.token)
+def _held_by_another(conn: Connection, holders: sa.Select[Any], claims: Sequence[Claim]) -> list[Claim]:
+    """Those of ``claims`` whose record is gone or held under another token."""
+    held: dict[Any, Any] = dict(conn.execute(holders, {"dbw_sids": [c.source_id for c in claims]}).tuples().all())
+    return [c for c in claims if c.source_id not in held or (held[c.source_id] not in (None, c.token))]
 
 
 # --- finish, unfinish, give_back -------------------------------------------------------------

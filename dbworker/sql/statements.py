@@ -27,7 +27,7 @@ from dbworker.sql.candidates import (
     named_candidates,
     narrow,
 )
-from dbworker.sql.fenced import complete, holder, renew, step_over
+from dbworker.sql.fenced import complete, holder, holders, renew, renew_many, step_over
 from dbworker.sql.precompiled import Precompiled
 from dbworker.sql.predicates import DONE, UNFINISHED, WORKING
 from dbworker.sql.taking import again, expired, first, first_many, one_shot, over
@@ -50,6 +50,7 @@ __all__ = [
     "first_candidate",
     "first_many",
     "holder",
+    "holders",
     "is_ordered",
     "load_source",
     "named_candidates",
@@ -58,6 +59,7 @@ __all__ = [
     "over",
     "prebuilt",
     "renew",
+    "renew_many",
     "step_over",
     "top_key",
 ]  # fmt: skip
@@ -90,6 +92,8 @@ class Prebuilt:
     expired: sa.Select[Any]  # keys of WORKING items whose lease expired, through the lease index
     # Fenced writes (``fenced``).
     renew: sa.Update
+    renew_many: sa.Update  # the leases of many claims in one statement
+    holders: sa.Select[Any]  # who holds each of many records
     complete: sa.Update
     step_over: sa.Update
 
@@ -125,6 +129,8 @@ def prebuilt(table: sa.Table, key: sa.Column[Any], caps: dialects.Capabilities) 
         one_shot_keys=once(keyed=True),
         expired=expired(table, caps),
         renew=renew(table, caps),
+        renew_many=renew_many(table, caps),
+        holders=holders(table),
         complete=complete(table, caps),
         step_over=step_over(table),
     )

@@ -84,7 +84,7 @@ MAX_ENV = 256
 DBWORKER_ENV_PREFIX = "DBWORKER_"
 # The most connections one async handler process holds (the library's sql/drivers.ASYNC_POOL_MAX,
 # copied: the operator imports only dbworker.redact; a test keeps the two equal).
-ASYNC_POOL_MAX = 15
+ASYNC_POOL_MAX = 4
 DBWORKER_VARIABLES: dict[str, str | None] = {
     "DBWORKER_APP": "spec.app",
     "DBWORKER_WORKER": "spec.workers",

@@ -10,7 +10,7 @@ from sqlalchemy.pool import NullPool
 
 from dbworker import workers
 from dbworker.sql import drivers
-from dbworker.sql.drivers import ASYNC_POOL_KEPT, ASYNC_POOL_MAX
+from dbworker.sql.drivers import ASYNC_POOL_MAX
 
 
 @pytest.mark.parametrize(
@@ -35,12 +35,12 @@ def test_async_url_refuses_a_server_without_one() -> None:
         drivers.async_url("oracle://u@h/d")
 
 
-@pytest.mark.parametrize("capacity", [1, 3, ASYNC_POOL_KEPT, 10, ASYNC_POOL_MAX, 200, 1024])
-def test_a_process_holds_at_most_min_of_capacity_and_the_pool_max(capacity: int) -> None:
+@pytest.mark.parametrize("capacity", [1, 3, ASYNC_POOL_MAX, 10, 200, 1024])
+def test_a_process_holds_at_most_min_of_capacity_and_the_pool_max_all_kept(capacity: int) -> None:
     options = drivers.async_engine_options({"echo": False}, capacity)
     assert options["echo"] is False
-    assert options["pool_size"] + options["max_overflow"] == min(capacity, ASYNC_POOL_MAX)
-    assert options["pool_size"] == min(capacity, ASYNC_POOL_KEPT)
+    assert options["pool_size"] == min(capacity, ASYNC_POOL_MAX)
+    assert options["max_overflow"] == 0  # no connection opened and closed again per burst
 
 
 @pytest.mark.parametrize("given", [{"pool_size": 2}, {"max_overflow": 0}, {"poolclass": NullPool}])
