@@ -24,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import psutil
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
@@ -82,6 +83,27 @@ def _database(kind: str, sqlite_dir: str) -> str:
     return URLS[kind]
 
 
+def _cpu_seconds(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def _server(kind: str) -> list[psutil.Process]:
+    """The database server's processes on this machine (all of them: other clients count too)."""
+    names = ("postgres",) if kind == "postgresql" else ("mariadbd", "mysqld")
+    found = []
+    for proc in psutil.process_iter(["name"]):
+        if (proc.info["name"] or "").startswith(names):
+            found.append(proc)
+    return found
+
+
 def pod(url: str, mode: str, items: int, probes: int) -> dict[str, Any]:
     """One measured run in this process (see the module's doc); returns the figures."""
     engine = sa.create_engine(url)
@@ -134,15 +156,26 @@ def pod(url: str, mode: str, items: int, probes: int) -> dict[str, Any]:
                 at = conn.execute(sa.select(sa.func.max(Picked.at))).scalar_one()
             latencies.append(at - committed)
             time.sleep(0.1)
+        me = psutil.Process()
+        handlers = me.children(recursive=True)
+        server = [] if url.startswith("sqlite") else _server(url.split(":")[0].split("+")[0])
+        cpu = (_cpu_seconds([me]), _cpu_seconds(handlers), _cpu_seconds(server))
         before = picked()
         start = time.time()
+        writer_cpu = time.thread_time()
         write(items)
+        writer_cpu = time.thread_time() - writer_cpu
         while picked() < before + items:
             time.sleep(0.02)
         seconds = time.time() - start
+        pod_cpu, handlers_cpu, server_cpu = (_cpu_seconds([me]) - cpu[0] - writer_cpu,
+                                             _cpu_seconds(handlers) - cpu[1], _cpu_seconds(server) - cpu[2])  # fmt: skip
     finally:
         coordinator.stop(timeout=30)
-    return {"mode": mode, "items_per_s": items / seconds, "pickup_p50_ms": 1000 * statistics.median(latencies)}
+    per_item = 1000 / items
+    return {"mode": mode, "items_per_s": items / seconds, "pickup_p50_ms": 1000 * statistics.median(latencies),
+            "pod_ms": pod_cpu * per_item, "handlers_ms": handlers_cpu * per_item,
+            "writer_ms": writer_cpu * per_item, "server_ms": server_cpu * per_item}  # fmt: skip
 
 
 def write_cost(url: str, writes: int) -> dict[str, float]:
@@ -170,6 +203,16 @@ def write_cost(url: str, writes: int) -> dict[str, float]:
         with tracer.start_as_current_span("write"):
             times["instrumented, in a span"].append(one(traced))
     return {k: 1000 * statistics.median(v) for k, v in times.items()}
+
+
+# CPU per drained item: the pod process but its writer thread (coordinator, spans, export),
+# the handler processes, the writer (the application's ORM commit, instrumented in export),
+# the database server (all its processes: other clients on the machine count too).
+CPU = {"pod_ms": "pod", "handlers_ms": "handlers", "writer_ms": "writer", "server_ms": "server"}
+
+
+def _cpu(figures: dict[str, Any]) -> str:
+    return " ".join(f"{name} {figures[key]:.2f}" for key, name in CPU.items())
 
 
 class _Sink(BaseHTTPRequestHandler):
@@ -230,7 +273,8 @@ def main() -> None:
                 result = json.loads(done.stdout.strip().splitlines()[-1])
                 results[mode].append(result)
                 print(f"repeat {repeat + 1} {mode:6} {result['items_per_s']:8.1f} items/s  "
-                      f"pick-up p50 {result['pickup_p50_ms']:6.1f} ms", flush=True)  # fmt: skip
+                      f"pick-up p50 {result['pickup_p50_ms']:6.1f} ms  CPU ms/item: {_cpu(result)}  "
+                      f"(load {os.getloadavg()[0]:.2f})", flush=True)  # fmt: skip
         if args.writes:
             cost = write_cost(url, args.writes)
     sink.shutdown()
@@ -246,6 +290,8 @@ def main() -> None:
         print(f"{mode:6} drain {statistics.median(rates):8.1f} items/s ({min(rates):.1f}-{max(rates):.1f}, "
               f"{100 * (statistics.median(rates) / off - 1):+.1f}% vs off)  pick-up p50 "
               f"{statistics.median(p50s):6.1f} ms ({min(p50s):.1f}-{max(p50s):.1f})")  # fmt: skip
+        medians = {k: statistics.median(r[k] for r in results[mode]) for k in CPU}
+        print(f"{'':6} CPU ms/item (median): {_cpu(medians)}")
 
 
 if __name__ == "__main__":
