@@ -94,14 +94,27 @@ def _cpu_seconds(procs: list[psutil.Process]) -> float:
     return total
 
 
-def _server(kind: str) -> list[psutil.Process]:
-    """The database server's processes on this machine (all of them: other clients count too)."""
-    names = ("postgres",) if kind == "postgresql" else ("mariadbd", "mysqld")
-    found = []
-    for proc in psutil.process_iter(["name"]):
-        if (proc.info["name"] or "").startswith(names):
-            found.append(proc)
+def _server(url: str) -> dict[int, float]:
+    """CPU seconds so far of the database server's processes that serve this benchmark: on
+    PostgreSQL the backends of its database (their titles name it), on MariaDB the server
+    (all of it: other clients on the machine count too); by pid."""
+    database = sa.make_url(url).database or ""
+    postgres = url.startswith("postgresql")
+    found: dict[int, float] = {}
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        name = proc.info["name"] or ""
+        if postgres:
+            if not name.startswith("postgres") or f" {database} " not in " ".join(proc.info["cmdline"] or ()) + " ":
+                continue
+        elif not name.startswith(("mariadbd", "mysqld")):
+            continue
+        found[proc.pid] = _cpu_seconds([proc])
     return found
+
+
+def _server_since(url: str, before: dict[int, float]) -> float:
+    """CPU seconds of ``_server`` since ``before`` (backends opened since count whole)."""
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in _server(url).items())
 
 
 def pod(url: str, mode: str, items: int, probes: int) -> dict[str, Any]:
@@ -158,8 +171,8 @@ def pod(url: str, mode: str, items: int, probes: int) -> dict[str, Any]:
             time.sleep(0.1)
         me = psutil.Process()
         handlers = me.children(recursive=True)
-        server = [] if url.startswith("sqlite") else _server(url.split(":")[0].split("+")[0])
-        cpu = (_cpu_seconds([me]), _cpu_seconds(handlers), _cpu_seconds(server))
+        server = {} if url.startswith("sqlite") else _server(url)
+        cpu = (_cpu_seconds([me]), _cpu_seconds(handlers))
         before = picked()
         start = time.time()
         writer_cpu = time.thread_time()
@@ -168,8 +181,8 @@ def pod(url: str, mode: str, items: int, probes: int) -> dict[str, Any]:
         while picked() < before + items:
             time.sleep(0.02)
         seconds = time.time() - start
-        pod_cpu, handlers_cpu, server_cpu = (_cpu_seconds([me]) - cpu[0] - writer_cpu,
-                                             _cpu_seconds(handlers) - cpu[1], _cpu_seconds(server) - cpu[2])  # fmt: skip
+        pod_cpu, handlers_cpu = _cpu_seconds([me]) - cpu[0] - writer_cpu, _cpu_seconds(handlers) - cpu[1]
+        server_cpu = 0.0 if url.startswith("sqlite") else _server_since(url, server)
     finally:
         coordinator.stop(timeout=30)
     per_item = 1000 / items
@@ -207,7 +220,7 @@ def write_cost(url: str, writes: int) -> dict[str, float]:
 
 # CPU per drained item: the pod process but its writer thread (coordinator, spans, export),
 # the handler processes, the writer (the application's ORM commit, instrumented in export),
-# the database server (all its processes: other clients on the machine count too).
+# the database server (PostgreSQL: the backends of the benchmark's database; MariaDB: all of it).
 CPU = {"pod_ms": "pod", "handlers_ms": "handlers", "writer_ms": "writer", "server_ms": "server"}
 
 
