@@ -247,6 +247,9 @@ def main() -> None:
     parser.add_argument("--probes", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--writes", type=int, default=300, help="one-row commits per kind, for the per-write cost")
+    parser.add_argument("--against", type=Path, metavar="CHECKOUT",
+                        help="also run each mode with dbworker from this checkout (e.g. a worktree of main), "
+                             "interleaved: '<mode>@against' rows, compared with its own off")  # fmt: skip
     parser.add_argument("--run", nargs=2, metavar=("URL", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run:
@@ -261,7 +264,8 @@ def main() -> None:
         return
     sink = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
     threading.Thread(target=sink.serve_forever, daemon=True).start()
-    modes = ["off", "idle", "export"]
+    kinds = ["off", "idle", "export"]
+    modes = kinds + ([f"{m}@against" for m in kinds] if args.against else [])
     results: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
         url = _database(args.db, tmp)
@@ -271,21 +275,26 @@ def main() -> None:
         base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
         base["PYTHONPATH"] = os.pathsep.join([str(ROOT), base.get("PYTHONPATH", "")])
         for repeat in range(args.repeats):
-            for mode in modes[repeat % 3:] + modes[: repeat % 3]:
+            for mode in modes[repeat % len(modes):] + modes[: repeat % len(modes)]:
                 env = dict(base)
-                if mode == "off":
+                kind, against = mode.partition("@")[::2]
+                # The other checkout's dbworker (first on the path) with this benchmark, as a script.
+                target = [str(Path(__file__).resolve())] if against else ["-m", "benchmarks.otel_cost"]
+                if against:
+                    env["PYTHONPATH"] = os.pathsep.join([str(args.against.resolve()), env["PYTHONPATH"]])
+                if kind == "off":
                     env["PYTHONPATH"] = os.pathsep.join([str(blocked), env["PYTHONPATH"]])
-                if mode == "export":
+                if kind == "export":
                     env.update(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{sink.server_address[1]}",
                                OTEL_SERVICE_NAME="otelbench")  # fmt: skip
-                command = [sys.executable, "-m", "benchmarks.otel_cost", "--items", str(args.items),
-                           "--probes", str(args.probes), "--run", url, mode]  # fmt: skip
+                command = [sys.executable, *target, "--items", str(args.items),
+                           "--probes", str(args.probes), "--run", url, kind]  # fmt: skip
                 done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
                 if done.returncode != 0:
                     sys.exit(f"{mode} failed:\n{done.stderr[-3000:]}")
                 result = json.loads(done.stdout.strip().splitlines()[-1])
                 results[mode].append(result)
-                print(f"repeat {repeat + 1} {mode:6} {result['items_per_s']:8.1f} items/s  "
+                print(f"repeat {repeat + 1} {mode:14} {result['items_per_s']:8.1f} items/s  "
                       f"pick-up p50 {result['pickup_p50_ms']:6.1f} ms  CPU ms/item: {_cpu(result)}  "
                       f"(load {os.getloadavg()[0]:.2f})", flush=True)  # fmt: skip
         if args.writes:
@@ -296,15 +305,16 @@ def main() -> None:
               + ", ".join(f"{k} {v:.2f} ms" for k, v in cost.items()))
     print(f"\n{args.db}, {args.items} items per drain, {args.probes} pick-up probes, {args.repeats} repeats "
           "(median, min-max)")  # fmt: skip
-    off = statistics.median(r["items_per_s"] for r in results["off"])
     for mode in modes:
+        against = mode.partition("@")[2]
+        off = statistics.median(r["items_per_s"] for r in results[f"off@{against}" if against else "off"])
         rates = [r["items_per_s"] for r in results[mode]]
         p50s = [r["pickup_p50_ms"] for r in results[mode]]
-        print(f"{mode:6} drain {statistics.median(rates):8.1f} items/s ({min(rates):.1f}-{max(rates):.1f}, "
+        print(f"{mode:14} drain {statistics.median(rates):8.1f} items/s ({min(rates):.1f}-{max(rates):.1f}, "
               f"{100 * (statistics.median(rates) / off - 1):+.1f}% vs off)  pick-up p50 "
               f"{statistics.median(p50s):6.1f} ms ({min(p50s):.1f}-{max(p50s):.1f})")  # fmt: skip
         medians = {k: statistics.median(r[k] for r in results[mode]) for k in CPU}
-        print(f"{'':6} CPU ms/item (median): {_cpu(medians)}")
+        print(f"{'':14} CPU ms/item (median): {_cpu(medians)}")
 
 
 if __name__ == "__main__":
