@@ -24,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import psutil
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
@@ -82,6 +83,40 @@ def _database(kind: str, sqlite_dir: str) -> str:
     return URLS[kind]
 
 
+def _cpu_seconds(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def _server(url: str) -> dict[int, float]:
+    """CPU seconds so far of the database server's processes that serve this benchmark: on
+    PostgreSQL the backends of its database (their titles name it), on MariaDB the server
+    (all of it: other clients on the machine count too); by pid."""
+    database = sa.make_url(url).database or ""
+    postgres = url.startswith("postgresql")
+    found: dict[int, float] = {}
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        name = proc.info["name"] or ""
+        if postgres:
+            if not name.startswith("postgres") or f" {database} " not in " ".join(proc.info["cmdline"] or ()) + " ":
+                continue
+        elif not name.startswith(("mariadbd", "mysqld")):
+            continue
+        found[proc.pid] = _cpu_seconds([proc])
+    return found
+
+
+def _server_since(url: str, before: dict[int, float]) -> float:
+    """CPU seconds of ``_server`` since ``before`` (backends opened since count whole)."""
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in _server(url).items())
+
+
 def pod(url: str, mode: str, items: int, probes: int) -> dict[str, Any]:
     """One measured run in this process (see the module's doc); returns the figures."""
     engine = sa.create_engine(url)
@@ -134,15 +169,26 @@ def pod(url: str, mode: str, items: int, probes: int) -> dict[str, Any]:
                 at = conn.execute(sa.select(sa.func.max(Picked.at))).scalar_one()
             latencies.append(at - committed)
             time.sleep(0.1)
+        me = psutil.Process()
+        handlers = me.children(recursive=True)
+        server = {} if url.startswith("sqlite") else _server(url)
+        cpu = (_cpu_seconds([me]), _cpu_seconds(handlers))
         before = picked()
         start = time.time()
+        writer_cpu = time.thread_time()
         write(items)
+        writer_cpu = time.thread_time() - writer_cpu
         while picked() < before + items:
             time.sleep(0.02)
         seconds = time.time() - start
+        pod_cpu, handlers_cpu = _cpu_seconds([me]) - cpu[0] - writer_cpu, _cpu_seconds(handlers) - cpu[1]
+        server_cpu = 0.0 if url.startswith("sqlite") else _server_since(url, server)
     finally:
         coordinator.stop(timeout=30)
-    return {"mode": mode, "items_per_s": items / seconds, "pickup_p50_ms": 1000 * statistics.median(latencies)}
+    per_item = 1000 / items
+    return {"mode": mode, "items_per_s": items / seconds, "pickup_p50_ms": 1000 * statistics.median(latencies),
+            "pod_ms": pod_cpu * per_item, "handlers_ms": handlers_cpu * per_item,
+            "writer_ms": writer_cpu * per_item, "server_ms": server_cpu * per_item}  # fmt: skip
 
 
 def write_cost(url: str, writes: int) -> dict[str, float]:
@@ -172,6 +218,16 @@ def write_cost(url: str, writes: int) -> dict[str, float]:
     return {k: 1000 * statistics.median(v) for k, v in times.items()}
 
 
+# CPU per drained item: the pod process but its writer thread (coordinator, spans, export),
+# the handler processes, the writer (the application's ORM commit, instrumented in export),
+# the database server (PostgreSQL: the backends of the benchmark's database; MariaDB: all of it).
+CPU = {"pod_ms": "pod", "handlers_ms": "handlers", "writer_ms": "writer", "server_ms": "server"}
+
+
+def _cpu(figures: dict[str, Any]) -> str:
+    return " ".join(f"{name} {figures[key]:.2f}" for key, name in CPU.items())
+
+
 class _Sink(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -191,6 +247,9 @@ def main() -> None:
     parser.add_argument("--probes", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--writes", type=int, default=300, help="one-row commits per kind, for the per-write cost")
+    parser.add_argument("--against", type=Path, metavar="CHECKOUT",
+                        help="also run each mode with dbworker from this checkout (e.g. a worktree of main), "
+                             "interleaved: '<mode>@against' rows, compared with its own off")  # fmt: skip
     parser.add_argument("--run", nargs=2, metavar=("URL", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run:
@@ -205,7 +264,8 @@ def main() -> None:
         return
     sink = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
     threading.Thread(target=sink.serve_forever, daemon=True).start()
-    modes = ["off", "idle", "export"]
+    kinds = ["off", "idle", "export"]
+    modes = kinds + ([f"{m}@against" for m in kinds] if args.against else [])
     results: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
         url = _database(args.db, tmp)
@@ -215,22 +275,28 @@ def main() -> None:
         base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
         base["PYTHONPATH"] = os.pathsep.join([str(ROOT), base.get("PYTHONPATH", "")])
         for repeat in range(args.repeats):
-            for mode in modes[repeat % 3:] + modes[: repeat % 3]:
+            for mode in modes[repeat % len(modes):] + modes[: repeat % len(modes)]:
                 env = dict(base)
-                if mode == "off":
+                kind, against = mode.partition("@")[::2]
+                # The other checkout's dbworker (first on the path) with this benchmark, as a script.
+                target = [str(Path(__file__).resolve())] if against else ["-m", "benchmarks.otel_cost"]
+                if against:
+                    env["PYTHONPATH"] = os.pathsep.join([str(args.against.resolve()), env["PYTHONPATH"]])
+                if kind == "off":
                     env["PYTHONPATH"] = os.pathsep.join([str(blocked), env["PYTHONPATH"]])
-                if mode == "export":
+                if kind == "export":
                     env.update(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{sink.server_address[1]}",
                                OTEL_SERVICE_NAME="otelbench")  # fmt: skip
-                command = [sys.executable, "-m", "benchmarks.otel_cost", "--items", str(args.items),
-                           "--probes", str(args.probes), "--run", url, mode]  # fmt: skip
+                command = [sys.executable, *target, "--items", str(args.items),
+                           "--probes", str(args.probes), "--run", url, kind]  # fmt: skip
                 done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
                 if done.returncode != 0:
                     sys.exit(f"{mode} failed:\n{done.stderr[-3000:]}")
                 result = json.loads(done.stdout.strip().splitlines()[-1])
                 results[mode].append(result)
-                print(f"repeat {repeat + 1} {mode:6} {result['items_per_s']:8.1f} items/s  "
-                      f"pick-up p50 {result['pickup_p50_ms']:6.1f} ms", flush=True)  # fmt: skip
+                print(f"repeat {repeat + 1} {mode:14} {result['items_per_s']:8.1f} items/s  "
+                      f"pick-up p50 {result['pickup_p50_ms']:6.1f} ms  CPU ms/item: {_cpu(result)}  "
+                      f"(load {os.getloadavg()[0]:.2f})", flush=True)  # fmt: skip
         if args.writes:
             cost = write_cost(url, args.writes)
     sink.shutdown()
@@ -239,13 +305,16 @@ def main() -> None:
               + ", ".join(f"{k} {v:.2f} ms" for k, v in cost.items()))
     print(f"\n{args.db}, {args.items} items per drain, {args.probes} pick-up probes, {args.repeats} repeats "
           "(median, min-max)")  # fmt: skip
-    off = statistics.median(r["items_per_s"] for r in results["off"])
     for mode in modes:
+        against = mode.partition("@")[2]
+        off = statistics.median(r["items_per_s"] for r in results[f"off@{against}" if against else "off"])
         rates = [r["items_per_s"] for r in results[mode]]
         p50s = [r["pickup_p50_ms"] for r in results[mode]]
-        print(f"{mode:6} drain {statistics.median(rates):8.1f} items/s ({min(rates):.1f}-{max(rates):.1f}, "
+        print(f"{mode:14} drain {statistics.median(rates):8.1f} items/s ({min(rates):.1f}-{max(rates):.1f}, "
               f"{100 * (statistics.median(rates) / off - 1):+.1f}% vs off)  pick-up p50 "
               f"{statistics.median(p50s):6.1f} ms ({min(p50s):.1f}-{max(p50s):.1f})")  # fmt: skip
+        medians = {k: statistics.median(r[k] for r in results[mode]) for k in CPU}
+        print(f"{'':14} CPU ms/item (median): {_cpu(medians)}")
 
 
 if __name__ == "__main__":

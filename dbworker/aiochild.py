@@ -79,6 +79,7 @@ class AsyncRunner:
             self._capture = attemptlogs.Capture(self.secrets + (config.log[2] if config.log else ()))
             logging.getLogger().addHandler(self._capture)
         self._tracer = tracing.tracer() if config.tracing else None
+        self._source_table = tables.source_key(config.source).table.name  # the spans' attribute
 
     async def warm_up(self) -> None:
         """Connect and compile the hot statements before the first item (as ``child.Runner``)."""
@@ -113,8 +114,7 @@ class AsyncRunner:
         tracing (the child of the coordinator's claim span), current in this item's task only."""
         if self._tracer is None:
             return (await self._run(claim))[0]
-        table = tables.source_key(self.config.source).table.name
-        with tracing.process_span(self._tracer, self.config.worker, table, claim.source_id, pod=self.claimed_by,
+        with tracing.process_span(self._tracer, self.config.worker, self._source_table, claim.source_id, pod=self.claimed_by,
                                   parent=claim.trace) as span:  # fmt: skip
             report, exc = await self._run(claim)
             tracing.process_ended(span, report, exc)

@@ -133,6 +133,7 @@ class Runner:
         self._ends = transactions.EndWatch()
         self._ends.attach(self.engine)
         self._tracer = tracing.tracer() if config.tracing else None
+        self._source_table = tables.source_key(config.source).table.name  # the spans' attribute
 
     def warm_up(self) -> None:
         """Connect, configure the mappers and compile the hot statements before the first item.
@@ -153,8 +154,7 @@ class Runner:
         (the child of the coordinator's span of the claim), current while the handler runs."""
         if self._tracer is None:
             return self._run(claim)
-        table = tables.source_key(self.config.source).table.name
-        with tracing.process_span(self._tracer, self.config.worker, table, claim.source_id, pod=self.claimed_by,
+        with tracing.process_span(self._tracer, self.config.worker, self._source_table, claim.source_id, pod=self.claimed_by,
                                   parent=claim.trace) as span:  # fmt: skip
             report = self._run(claim)
             tracing.process_ended(span, report, self._last_exc)

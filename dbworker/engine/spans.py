@@ -48,6 +48,17 @@ class ItemSpans:
         self._earlier: collections.OrderedDict[Any, Any] = collections.OrderedDict()
         self._lock = threading.Lock()
         self._readable = True  # False once the trace table was found missing (not migrated)
+        self._name = f"claim {worker.name}"
+        # Built once: the read runs per claim batch (a new select would cost its construction
+        # and cache key each time); the keys are one expanding parameter.
+        work = worker.table
+        keys: sa.BindParameter[Any] = sa.bindparam("dbw_keys", expanding=True)
+        self._read_both = (
+            sa.select(work.c.source_id, work.c.attempts, self._traces.c.traceparent)
+            .select_from(work.outerjoin(self._traces, self._traces.c.source_id == work.c.source_id))
+            .where(work.c.source_id.in_(keys))
+        )
+        self._read_attempts = sa.select(work.c.source_id, work.c.attempts, sa.null()).where(work.c.source_id.in_(keys))
 
     def started(self, hand_out: Callable[[list[Claim]], None], claimed: list[Claim]) -> None:
         """``hand_out`` the claims with their spans (``start``), then store the first claim
@@ -63,31 +74,34 @@ class ItemSpans:
         if not claimed:
             return claimed, []
         producers, attempts = self._read([c.source_id for c in claimed])
+        with self._lock:
+            earlier = [self._earlier.get(c.source_id) for c in claimed]
         out: list[Claim] = []
         first: list[tuple[Any, str]] = []
-        for claim in claimed:
-            parent = tracing.parent_context(producers.get(claim.source_id))
-            with self._lock:
-                earlier = self._earlier.get(claim.source_id)
-            links = [tracing.link(earlier)] if earlier is not None else None
+        spans = []
+        kind = tracing.consumer()
+        for claim, before in zip(claimed, earlier, strict=True):
             attrs = tracing.item_attributes(self._worker.name, self._source.name, claim.source_id,
                                             operation="receive", pod=self._pod)  # fmt: skip
             if claim.source_id in attempts:
                 attrs[tracing.ATTEMPT] = attempts[claim.source_id]
             if claim.taken_over:
                 attrs["dbworker.taken_over"] = True
-            span = self._tracer.start_span(f"claim {self._worker.name}", context=parent, links=links,
-                                           kind=tracing.consumer(), attributes=attrs)  # fmt: skip
-            with self._lock:
-                self._open[claim.token] = span
-                self._earlier[claim.source_id] = span.get_span_context()
-                self._earlier.move_to_end(claim.source_id)
-                while len(self._earlier) > _REMEMBERED:
-                    self._earlier.popitem(last=False)
+            span = self._tracer.start_span(self._name, context=tracing.parent_context(producers.get(claim.source_id)),
+                                           links=None if before is None else [tracing.link(before)], kind=kind,
+                                           attributes=attrs)  # fmt: skip
+            spans.append(span)
             header = tracing.traceparent(span)
             if claim.source_id not in producers and header is not None and span.is_recording():
                 first.append((claim.source_id, header))
             out.append(dataclasses.replace(claim, trace=header))
+        with self._lock:
+            for claim, span in zip(claimed, spans, strict=True):
+                self._open[claim.token] = span
+                self._earlier[claim.source_id] = span.get_span_context()
+                self._earlier.move_to_end(claim.source_id)
+            while len(self._earlier) > _REMEMBERED:
+                self._earlier.popitem(last=False)
         return out, first
 
     def _keep_first(self, first: list[tuple[Any, str]]) -> None:
@@ -107,18 +121,11 @@ class ItemSpans:
 
     def _read(self, keys: list[Any]) -> tuple[dict[Any, str], dict[Any, int]]:
         """The writers' traceparents and the items' attempt counts, in one read."""
-        work = self._worker.table
         side = self._traces
-        query = (
-            sa.select(work.c.source_id, work.c.attempts, side.c.traceparent)
-            .select_from(work.outerjoin(side, side.c.source_id == work.c.source_id))
-            .where(work.c.source_id.in_(keys))
-        )
-        if not self._readable:
-            query = sa.select(work.c.source_id, work.c.attempts, sa.null()).where(work.c.source_id.in_(keys))
+        query = self._read_both if self._readable else self._read_attempts
         try:
             with dialects.connect_reads(self._engine) as conn, conn.begin():
-                rows = conn.execute(query).all()
+                rows = conn.execute(query, {"dbw_keys": keys}).all()
         except sa.exc.DBAPIError:
             try:  # no trace table (not migrated): spans without the writer's parent from now on
                 self._readable = sa.inspect(self._engine).has_table(side.name, schema=side.schema)
