@@ -16,16 +16,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from dbworker import limits as limits_
+from dbworker import tuning
 from dbworker.limits import Limit
-from dbworker.sql import candidates, dialects, items, slots, statements, transactions
+from dbworker.sql import candidates, dialects, items, slots, statements, transactions, turns
 from dbworker.sql.items import Claim
+from dbworker.sql.turns import key_column
 
-
-def key_column(lim: Limit) -> sa.ColumnElement[str]:
-    """A limit's key as the text the slots table keeps (NULL and '' are one key)."""
-    if lim.key is None:
-        return sa.literal("")
-    return sa.func.coalesce(sa.cast(lim.key, sa.String()), "")
+__all__ = ["claim", "fair_candidates", "held", "held_by_key", "key_column", "startable"]
 
 
 def partition_column(lim: Limit) -> sa.ColumnElement[Any]:
@@ -62,7 +59,11 @@ def fair_candidates(
     position = (sa.func.row_number().over(order_by=order) if order else key).label("dbw_pos")
     inner_sq = inner.add_columns(*texts, *turns, position).subquery()
     partition = [inner_sq.c.dbw_turn] if fair is not None else None
-    rank = sa.func.row_number().over(partition_by=partition, order_by=inner_sq.c.dbw_pos).label("dbw_rank")
+    rank = (
+        sa.func.row_number()
+        .over(partition_by=partition, order_by=inner_sq.c.dbw_pos)
+        .label("dbw_rank")
+    )
     ranked = sa.select(inner_sq, rank).subquery()
     slots_t = slots.slots_table(table)
     # Room left per key: a row of the fair key is looked at only if its rank fits in the slots
@@ -89,23 +90,39 @@ def fair_candidates(
 
 
 def held(
-    slots_t: sa.Table, work: sa.Table, key_text: Any, kind: limits_.Kind, caps: dialects.Capabilities
+    slots_t: sa.Table,
+    work: sa.Table,
+    key_text: Any,
+    kind: limits_.Kind,
+    caps: dialects.Capabilities,
 ) -> sa.ColumnElement[int]:
     """How many slots of ``kind`` the key ``key_text`` holds now (read, not locked)."""
     s = slots_t.c
     now = held_now(slots_t, work, kind, caps)
-    return sa.select(sa.func.count()).where(s.kind == kind.number, s.limit_key == key_text, now).scalar_subquery()
+    return (
+        sa.select(sa.func.count())
+        .where(s.kind == kind.number, s.limit_key == key_text, now)
+        .scalar_subquery()
+    )
 
 
-def held_by_key(slots_t: sa.Table, work: sa.Table, kind: limits_.Kind, caps: dialects.Capabilities) -> sa.Select[Any]:
+def held_by_key(
+    slots_t: sa.Table, work: sa.Table, kind: limits_.Kind, caps: dialects.Capabilities
+) -> sa.Select[Any]:
     """(``limit_key``, ``dbw_n``): the keys holding slots of ``kind`` now and how many (``held``,
     grouped over the kind's slot rows)."""
     s = slots_t.c
     now = held_now(slots_t, work, kind, caps)
-    return sa.select(s.limit_key, sa.func.count().label("dbw_n")).where(s.kind == kind.number, now).group_by(s.limit_key)
+    return (
+        sa.select(s.limit_key, sa.func.count().label("dbw_n"))
+        .where(s.kind == kind.number, now)
+        .group_by(s.limit_key)
+    )
 
 
-def held_now(slots_t: sa.Table, work: sa.Table, kind: limits_.Kind, caps: dialects.Capabilities) -> sa.ColumnElement[bool]:
+def held_now(
+    slots_t: sa.Table, work: sa.Table, kind: limits_.Kind, caps: dialects.Capabilities
+) -> sa.ColumnElement[bool]:
     """A slot row of ``kind`` is held now: for concurrency, by a live lease; for rate, taken
     within the period."""
     if kind.per is None:
@@ -126,7 +143,9 @@ def startable(
     caps = dialects.of(conn)
     st = statements.prebuilt(table, key, caps)
     fair = limits_.fair_limit(limits)
-    query = fair_candidates(st, key, table, eligible, limits, caps, per_key=limits_.per_key(limits, fair, cap))
+    query = fair_candidates(
+        st, key, table, eligible, limits, caps, per_key=limits_.per_key(limits, fair, cap)
+    )
     with transactions.committed(conn):
         n = len(conn.execute(query, {"dbw_limit": cap}).all())
     whole = [lim.concurrency for lim in limits if not lim.keyed and lim.concurrency is not None]
@@ -142,37 +161,93 @@ def claim(
     limits: Sequence[Limit],
     limit: int,
     lease: Any,
+    keys: Sequence[Any] | None = None,
 ) -> tuple[list[Claim], int]:
     """Claim up to ``limit`` items within ``limits`` in one transaction, which this commits;
-    return them (in turn order) and how many candidates were seen.
+    return them (in turn order) and how many candidates were seen. ``keys``: rows named by
+    wake-ups, looked at wherever the worker's mark is (``sql.turns``).
 
-    Locks: the slot rows and work rows written, until the commit (see ``slots.take`` and
-    ``items.claim``). Candidates are read without locks: the conditional writes decide.
+    Locks: the round row, and the slot rows and work rows written, until the commit (see
+    ``slots.take_turn``, ``slots.take`` and ``items.claim``). Candidates are read without
+    locks: the conditional writes decide.
     """
     caps = dialects.of(conn)
     st = statements.prebuilt(table, key, caps)
     fair = limits_.fair_limit(limits)
-    query = fair_candidates(st, key, table, eligible, limits, caps, per_key=limits_.per_key(limits, fair, limit))
+    per_key = limits_.per_key(limits, fair, limit)
+    wanted = max(2 * limit, limit + 8)
     kinds = limits_.kinds(limits)
     slots_t = slots.slots_table(table)
     taken: list[Claim] = []
     with transactions.committed(conn):
-        slots.take_turn(conn, slots_t)
-        rows = conn.execute(query, {"dbw_limit": max(2 * limit, limit + 8)}).all()
-        texts = [[limits_.key_text(t) for t in row[1:]] for row in rows]
-        # Every slot row the round may need, read once per kind (not once per candidate).
-        seen = {kind.number: _read(conn, slots_t, table, kind, texts) for kind in kinds} if rows else {}
+        turn = slots.take_turn(conn, slots_t, fresh_seconds=tuning.LIMIT_MARK_SECONDS)
+        rows, seen = _candidates(conn, st, key, table, eligible, limits, caps, turn, keys=keys, per_key=per_key,
+                                 wanted=wanted)  # fmt: skip
         full: set[tuple[int, str]] = set()
-        for row, row_texts in zip(rows, texts, strict=True):
+        for source_id, row_texts in rows:
             if len(taken) >= limit:
                 break
             needed = [(kind, row_texts[kind.limit]) for kind in kinds]
             if any((kind.number, text) in full for kind, text in needed):
                 continue
-            got = _take(conn, st, slots_t, table, needed, full, seen, row[0], lease)
+            got = _take(conn, st, slots_t, table, needed, full, seen, source_id, lease)
             if got is not None:
                 taken.append(got)
     return taken, len(rows)
+
+
+def _candidates(
+    conn: Connection, st: statements.Prebuilt, key: sa.Column[Any], table: sa.Table,
+    eligible: Callable[[], sa.Select[Any]] | None, limits: Sequence[Limit], caps: dialects.Capabilities,
+    turn: slots.Turn, *, keys: Sequence[Any] | None, per_key: int, wanted: int,
+) -> tuple[list[tuple[Any, list[str]]], dict[int, dict[str, list[slots.Seen]]]]:  # fmt: skip
+    """A round's candidates in turn order with the slot rows of their keys: read from the
+    worker's mark (``sql.turns``; the mark moved to the lowest claimable row seen), else,
+    when that read cannot decide the turns or the query has an order of its own, every
+    claimable row (``fair_candidates``)."""
+    kinds = limits_.kinds(limits)
+    slots_t = slots.slots_table(table)
+    rows: list[tuple[Any, list[str]]] | None = None
+    seen: dict[int, dict[str, list[slots.Seen]]] = {}
+    query = statements.eligible_query(eligible, key)
+    if not candidates.is_ordered(query):
+        mark = turn.mark if turn.fresh else None
+        found = turns.read(
+            conn,
+            st,
+            key,
+            table,
+            query,
+            limits,
+            mark=mark,
+            keys=keys,
+            rows=turns.prefix_rows(wanted),
+        )
+        lowest = found.lowest
+        if lowest is None:  # every row from the mark is blocked: the next round starts at the top
+            lowest = conn.execute(statements.top_key(key)).scalar()
+        if lowest != turn.mark or mark is None:
+            slots.set_mark(conn, slots_t, lowest, walked=mark is None)
+        texts = [row_texts for _, row_texts in found.rows]
+        seen = (
+            {kind.number: _read(conn, slots_t, table, kind, texts) for kind in kinds}
+            if found.rows
+            else {}
+        )
+        rows = turns.pick(found, limits, turns.held_counts(seen), per_key=per_key, wanted=wanted)
+    if rows is None:
+        query = fair_candidates(st, key, table, eligible, limits, caps, per_key=per_key)
+        rows = [
+            (row[0], [limits_.key_text(t) for t in row[1:]])
+            for row in conn.execute(query, {"dbw_limit": wanted})
+        ]
+        texts = [row_texts for _, row_texts in rows]
+        seen = (
+            {kind.number: _read(conn, slots_t, table, kind, texts) for kind in kinds}
+            if rows
+            else {}
+        )
+    return rows, seen
 
 
 def _read(

@@ -51,25 +51,39 @@ def defined(work: sa.Table) -> sa.Table | None:
     return work.metadata.tables.get(table_name(work.name.removesuffix("_work")))
 
 
-def holding(slots: sa.Table, work: sa.Table, caps: dialects.Capabilities | None = None) -> sa.ColumnElement[bool]:
+def holding(
+    slots: sa.Table, work: sa.Table, caps: dialects.Capabilities | None = None
+) -> sa.ColumnElement[bool]:
     """The slot's claim is the item's current one (WORKING with that token); with ``caps``,
     also with a live lease (a slot no claim can free now)."""
     s, w = slots.c, work.c
     live = [w.lease_expires_at > caps.now()] if caps is not None else []
     return (
         sa.select(sa.literal(1))
-        .where(w.source_id == s.source_id, w.claim_token == s.claim_token, w.execution_status == WORKING, *live)
+        .where(
+            w.source_id == s.source_id,
+            w.claim_token == s.claim_token,
+            w.execution_status == WORKING,
+            *live,
+        )
         .exists()
     )
 
 
-def _expired(slots: sa.Table, work: sa.Table, caps: dialects.Capabilities) -> sa.ColumnElement[bool]:
+def _expired(
+    slots: sa.Table, work: sa.Table, caps: dialects.Capabilities
+) -> sa.ColumnElement[bool]:
     """The slot's claim is current but its lease is over (its process died, or lost the database)."""
     s, w = slots.c, work.c
     lapsed = sa.or_(w.lease_expires_at.is_(None), w.lease_expires_at <= caps.now())
     return (
         sa.select(sa.literal(1))
-        .where(w.source_id == s.source_id, w.claim_token == s.claim_token, w.execution_status == WORKING, lapsed)
+        .where(
+            w.source_id == s.source_id,
+            w.claim_token == s.claim_token,
+            w.execution_status == WORKING,
+            lapsed,
+        )
         .exists()
     )
 
@@ -95,7 +109,13 @@ class Seen:
 
 
 def read(
-    conn: Connection, slots: sa.Table, work: sa.Table, *, kind: int, keys: Sequence[str], per: float | None
+    conn: Connection,
+    slots: sa.Table,
+    work: sa.Table,
+    *,
+    kind: int,
+    keys: Sequence[str],
+    per: float | None,
 ) -> dict[str, list[Seen]]:
     """The slot rows of ``kind`` for each of ``keys`` (one statement for a whole round).
 
@@ -160,14 +180,23 @@ def take(
     for slot in range(size):
         if slot not in present:
             insert = caps.insert_ignoring_duplicate(slots, "kind", "limit_key", "slot")
-            if dialects.inserted(conn.execute(insert.values(kind=kind, limit_key=key, slot=slot, **values))):
+            if dialects.inserted(
+                conn.execute(insert.values(kind=kind, limit_key=key, slot=slot, **values))
+            ):
                 seen.append(Seen(slot, source_id, token, busy=True, lapsed=False))
                 return True
-    still_free = ~holding(slots, work) if per is None else s.taken_at <= caps.now_plus_param("dbw_back")
+    still_free = (
+        ~holding(slots, work) if per is None else s.taken_at <= caps.now_plus_param("dbw_back")
+    )
     for row in free:
         update = (
             sa.update(slots)
-            .where(*_where(slots, kind, key), s.slot == row.slot, s.claim_token == row.token, still_free)
+            .where(
+                *_where(slots, kind, key),
+                s.slot == row.slot,
+                s.claim_token == row.token,
+                still_free,
+            )
             .values(**values)
         )
         if conn.execute(update, {"dbw_back": back} if back is not None else {}).rowcount == 1:
@@ -179,30 +208,64 @@ def take(
 ROUND_KIND = -1  # the row a limited claim round locks first (kind, '', 0)
 
 
-def take_turn(conn: Connection, slots: sa.Table) -> None:
+@dataclass(frozen=True)
+class Turn:
+    """The round row as a round found it: the worker's mark (``sql.turns``: the lowest key
+    claimable when a round last looked, None: from the first row) and whether it was set by
+    a walk from the first row less than ``fresh_seconds`` ago."""
+
+    mark: Any
+    fresh: bool
+
+
+def take_turn(conn: Connection, slots: sa.Table, *, fresh_seconds: float = 0.0) -> Turn:
     """Wait for this worker's turn to claim: one limited claim round at a time, fleet-wide.
 
     Rounds of one worker share slot rows (a key=None limit: every round the same ones) and
     take them in candidate order: run at once they deadlock. In turn, each round's reads
     (READ COMMITTED: each statement sees what the previous round committed) meet what its
-    writes will, so a claim does not lose its item after winning its slots.
+    writes will, so a claim does not lose its item after winning its slots. Returns the
+    round row's mark (``set_mark``).
 
     Locks: the round row FOR UPDATE until the commit (created once, INSERT ignoring a
-    duplicate). SQLite: the database's write lock (a write that changes nothing).
+    duplicate). SQLite: the database's write lock (a write that changes nothing), then the
+    round row is read.
     """
     caps = dialects.of(conn)
     s = slots.c
-    if caps.name == "sqlite":
-        conn.execute(sa.update(slots).where(sa.false()).values(slot=s.slot))
-        return
     where = [s.kind == ROUND_KIND, s.limit_key == "", s.slot == 0]
-    if conn.execute(sa.select(s.slot).where(*where).with_for_update()).first() is None:
+    sqlite = caps.name == "sqlite"
+    if sqlite:
+        conn.execute(sa.update(slots).where(sa.false()).values(slot=s.slot))
+    fresh = _flag(s.taken_at > caps.now_plus(-fresh_seconds))
+    query = sa.select(s.source_id, fresh).where(*where)
+    query = query if sqlite else query.with_for_update()
+    row = conn.execute(query).first()
+    if row is None:
         insert = caps.insert_ignoring_duplicate(slots, "kind", "limit_key", "slot")
         conn.execute(insert.values(kind=ROUND_KIND, limit_key="", slot=0, taken_at=caps.now()))
-        conn.execute(sa.select(s.slot).where(*where).with_for_update())
+        row = conn.execute(query).first()
+    return Turn(row[0], bool(row[1])) if row is not None else Turn(None, False)
 
 
-def prune(conn: Connection, slots: sa.Table, work: sa.Table, kinds: Sequence[Kind], *, batch: int) -> int:
+def set_mark(conn: Connection, slots: sa.Table, mark: Any, *, walked: bool) -> None:
+    """Keep ``mark`` in the round row (in this round's transaction, which holds it); with
+    ``walked`` (read from the first row) also when, so the next walk is due in turn."""
+    caps = dialects.of(conn)
+    s = slots.c
+    values: dict[str, Any] = {"source_id": mark}
+    if walked:
+        values["taken_at"] = caps.now()
+    conn.execute(
+        sa.update(slots)
+        .where(s.kind == ROUND_KIND, s.limit_key == "", s.slot == 0)
+        .values(**values)
+    )
+
+
+def prune(
+    conn: Connection, slots: sa.Table, work: sa.Table, kinds: Sequence[Kind], *, batch: int
+) -> int:
     """Delete up to ``batch`` free slot rows of each of ``kinds`` (a concurrency slot whose
     claim is not current; a rate slot taken more than its ``per`` ago), committed; how many.
 
@@ -221,7 +284,11 @@ def prune(conn: Connection, slots: sa.Table, work: sa.Table, kinds: Sequence[Kin
     with transactions.committed(conn):
         take_turn(conn, slots)
         for kind in kinds:
-            free = ~holding(slots, work) if kind.per is None else s.taken_at <= caps.now_plus(-kind.per)
+            free = (
+                ~holding(slots, work)
+                if kind.per is None
+                else s.taken_at <= caps.now_plus(-kind.per)
+            )
             where = [s.kind == kind.number, free]
             rows = conn.execute(sa.select(s.limit_key, s.slot).where(*where).limit(batch)).all()
             if rows:
@@ -230,14 +297,20 @@ def prune(conn: Connection, slots: sa.Table, work: sa.Table, kinds: Sequence[Kin
     return deleted
 
 
-def _give_back(conn: Connection, work: sa.Table, caps: dialects.Capabilities, source_id: Any, token: str | None) -> bool:
+def _give_back(
+    conn: Connection, work: sa.Table, caps: dialects.Capabilities, source_id: Any, token: str | None
+) -> bool:
     """End the claim ``token`` of ``source_id`` if its lease is over: the item is UNFINISHED
     and claimable again. True if it did (the slot is then free)."""
     w = work.c
     lapsed = sa.or_(w.lease_expires_at.is_(None), w.lease_expires_at <= caps.now())
     update = (
         sa.update(work)
-        .where(w.source_id == source_id, w.claim_token == token, w.execution_status == WORKING, lapsed)
-        .values(execution_status=UNFINISHED, claim_token=None, lease_expires_at=None, not_before=None)
+        .where(
+            w.source_id == source_id, w.claim_token == token, w.execution_status == WORKING, lapsed
+        )
+        .values(
+            execution_status=UNFINISHED, claim_token=None, lease_expires_at=None, not_before=None
+        )
     )
     return conn.execute(update).rowcount == 1

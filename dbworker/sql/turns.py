@@ -1,0 +1,168 @@
+"""A limited claim round's candidates read from the worker's mark: a bounded read, the turn rule in Python.
+
+The mark is the lowest key that was claimable when a round last looked (kept in the round
+row of the slots table, ``slots.take_turn``): below it every row then had a work record
+that kept it from being claimed, or was not in the eligible query. So a round reads, in key
+order, at most ``prefix_rows`` claimable rows from the mark, the rows below it whose work
+record is claimable again (UNFINISHED or WORKING, through the status index: given back,
+done waiting, lease over) and the rows wake-ups named; not every row of the source.
+
+Over those rows the rule of docs/limits.md ("Fairness") is applied here (rank per key by
+key order, room by the held slots read for just their keys). It is the rule over every
+claimable row whenever the read reached the end of the claimable rows, or its first
+``dbw_limit`` picks are all first rows of their keys (no row further on can come before
+them); otherwise the caller falls back to the full read (``limited.fair_candidates``).
+Rows below the mark that became claimable with no work record and no wake-up (a key
+committed out of order without a notification, an eligible query that depends on the clock
+or another table) are seen by the next full walk from the first row, at least every
+``tuning.LIMIT_MARK_SECONDS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from dbworker import limits as limits_
+from dbworker.limits import Limit
+from dbworker.sql import candidates, dialects, slots, statements
+from dbworker.sql.states import UNFINISHED, WORKING
+
+FROM_MARK, BELOW_MARK, NAMED = 0, 1, 2  # the parts of the read (``dbw_part``)
+
+
+def prefix_rows(wanted: int) -> int:
+    """How many rows from the mark a round reads: enough for the usual spread of keys."""
+    return max(128, 8 * wanted)
+
+
+def key_column(lim: Limit) -> sa.ColumnElement[str]:
+    """A limit's key as the text the slots table keeps (NULL and '' are one key)."""
+    if lim.key is None:
+        return sa.literal("")
+    return sa.func.coalesce(sa.cast(lim.key, sa.String()), "")
+
+
+@dataclass
+class Read:
+    """What a round read: the claimable rows in key order (source key, key texts per limit),
+    whether they are all there are (``complete``), and the lowest claimable key from the mark."""
+
+    rows: list[tuple[Any, list[str]]]
+    complete: bool
+    lowest: Any
+
+
+def read(
+    conn: Connection, st: statements.Prebuilt, key: sa.Column[Any], table: sa.Table,
+    query: sa.Select[Any], limits: Sequence[Limit], *, mark: Any, keys: Sequence[Any] | None,
+    rows: int,
+) -> Read:  # fmt: skip
+    """Of the eligible ``query`` (without an order of its own), up to ``rows`` claimable rows from ``mark`` (None: from the first row), those below it
+    whose work record is claimable, and those named by ``keys``, in key order (one statement).
+
+    Locks: none (a plain read: the slot and claim writes decide).
+    """
+    caps = dialects.of(conn)
+    base = query.order_by(None)
+    texts = [key_column(lim).label(f"dbw_k{n}") for n, lim in enumerate(limits)]
+    narrowed = candidates.narrow(st, key, base, swept=False).add_columns(*texts)
+    bound = sa.bindparam("dbw_mark", type_=key.type)
+    params: dict[str, Any] = {}
+    if mark is None:
+        parts = [(FROM_MARK, narrowed)]
+    else:
+        w = table.c
+        ready = sa.select(w.source_id).where(
+            w.execution_status.in_((WORKING, UNFINISHED)), w.source_id < bound
+        )
+        parts = [
+            (FROM_MARK, narrowed.where(key >= bound)),
+            (BELOW_MARK, narrowed.where(key < bound, key.in_(ready))),
+        ]
+        params["dbw_mark"] = mark
+    if keys:
+        parts.append(
+            (
+                NAMED,
+                narrowed.where(
+                    candidates.named_by_text(key) if caps.keys_as_text else key.in_(list(keys))
+                ),
+            )
+        )
+        if caps.keys_as_text:
+            params["dbw_keys"] = list(keys)
+    # Each part in key order up to ``rows`` (a subquery: a compound's members take no LIMIT
+    # everywhere), then the whole in the database's key order (its collation, not Python's).
+    members = [sa.select(part.add_columns(sa.literal(n).label("dbw_part")).order_by(key).limit(rows).subquery())
+               for n, part in parts]  # fmt: skip
+    union = (members[0] if len(members) == 1 else sa.union_all(*members)).subquery()
+    found = conn.execute(sa.select(union).order_by(union.c[key.name]), params).all()
+    counts = [0, 0, 0]
+    by_key: dict[Any, list[str]] = {}
+    last = -1  # the position of the last row read from the mark
+    for row in found:
+        counts[row[-1]] += 1
+        if row[0] not in by_key:
+            by_key[row[0]] = [limits_.key_text(t) for t in row[1:-1]]
+        if row[-1] == FROM_MARK:
+            last = len(by_key) - 1
+    lowest = next((row[0] for row in found if row[-1] == FROM_MARK), None)
+    if (
+        counts[BELOW_MARK] >= rows
+    ):  # more below the mark than read: not a prefix (``pick`` gives up)
+        return Read([], False, lowest)
+    complete = counts[FROM_MARK] < rows
+    ordered = list(by_key.items())
+    if not complete:  # a prefix: no named row past the last one read from the mark
+        ordered = ordered[: last + 1]
+    return Read(ordered, complete, lowest)
+
+
+def pick(
+    found: Read,
+    limits: Sequence[Limit],
+    held: dict[int, dict[str, int]],
+    *,
+    per_key: int,
+    wanted: int,
+) -> list[tuple[Any, list[str]]] | None:
+    """The first ``wanted`` rows by the turn rule (rank, then position) among ``found`` whose
+    keys have room (``held``: live holders per concurrency kind and key text); None when
+    rows not read could come before them (the caller reads every claimable row instead)."""
+    fair = limits_.fair_limit(limits)
+    concurrency = [kind for kind in limits_.kinds(limits) if kind.per is None]
+    seen: dict[str, int] = {}
+    ranked: list[tuple[int, int, Any, list[str]]] = []
+    for position, (source_id, texts) in enumerate(found.rows):
+        turn = texts[fair] if fair is not None else ""
+        rank = seen[turn] = seen.get(turn, 0) + 1
+        if rank > per_key:
+            continue
+        room = all(
+            (rank if kind.limit == fair else 1) + held[kind.number].get(texts[kind.limit], 0)
+            <= kind.size
+            for kind in concurrency
+        )
+        if room:
+            ranked.append((rank, position, source_id, texts))
+    ranked.sort(key=lambda r: (r[0], r[1]))
+    chosen = ranked[:wanted]
+    if not found.complete and (len(chosen) < wanted or chosen[-1][0] > 1):
+        return None
+    return [(source_id, texts) for _, _, source_id, texts in chosen]
+
+
+def held_counts(seen: dict[int, dict[str, list[slots.Seen]]]) -> dict[int, dict[str, int]]:
+    """Live holders per kind and key text, from the slot rows a round read (``slots.read``)."""
+    return {
+        kind: {
+            text: sum(1 for row in rows if row.busy and not row.lapsed)
+            for text, rows in by_text.items()
+        }
+        for kind, by_text in seen.items()
+    }
