@@ -59,11 +59,7 @@ def fair_candidates(
     position = (sa.func.row_number().over(order_by=order) if order else key).label("dbw_pos")
     inner_sq = inner.add_columns(*texts, *turns, position).subquery()
     partition = [inner_sq.c.dbw_turn] if fair is not None else None
-    rank = (
-        sa.func.row_number()
-        .over(partition_by=partition, order_by=inner_sq.c.dbw_pos)
-        .label("dbw_rank")
-    )
+    rank = sa.func.row_number().over(partition_by=partition, order_by=inner_sq.c.dbw_pos).label("dbw_rank")
     ranked = sa.select(inner_sq, rank).subquery()
     slots_t = slots.slots_table(table)
     # Room left per key: a row of the fair key is looked at only if its rank fits in the slots
@@ -90,39 +86,23 @@ def fair_candidates(
 
 
 def held(
-    slots_t: sa.Table,
-    work: sa.Table,
-    key_text: Any,
-    kind: limits_.Kind,
-    caps: dialects.Capabilities,
+    slots_t: sa.Table, work: sa.Table, key_text: Any, kind: limits_.Kind, caps: dialects.Capabilities
 ) -> sa.ColumnElement[int]:
     """How many slots of ``kind`` the key ``key_text`` holds now (read, not locked)."""
     s = slots_t.c
     now = held_now(slots_t, work, kind, caps)
-    return (
-        sa.select(sa.func.count())
-        .where(s.kind == kind.number, s.limit_key == key_text, now)
-        .scalar_subquery()
-    )
+    return sa.select(sa.func.count()).where(s.kind == kind.number, s.limit_key == key_text, now).scalar_subquery()
 
 
-def held_by_key(
-    slots_t: sa.Table, work: sa.Table, kind: limits_.Kind, caps: dialects.Capabilities
-) -> sa.Select[Any]:
+def held_by_key(slots_t: sa.Table, work: sa.Table, kind: limits_.Kind, caps: dialects.Capabilities) -> sa.Select[Any]:
     """(``limit_key``, ``dbw_n``): the keys holding slots of ``kind`` now and how many (``held``,
     grouped over the kind's slot rows)."""
     s = slots_t.c
     now = held_now(slots_t, work, kind, caps)
-    return (
-        sa.select(s.limit_key, sa.func.count().label("dbw_n"))
-        .where(s.kind == kind.number, now)
-        .group_by(s.limit_key)
-    )
+    return sa.select(s.limit_key, sa.func.count().label("dbw_n")).where(s.kind == kind.number, now).group_by(s.limit_key)
 
 
-def held_now(
-    slots_t: sa.Table, work: sa.Table, kind: limits_.Kind, caps: dialects.Capabilities
-) -> sa.ColumnElement[bool]:
+def held_now(slots_t: sa.Table, work: sa.Table, kind: limits_.Kind, caps: dialects.Capabilities) -> sa.ColumnElement[bool]:
     """A slot row of ``kind`` is held now: for concurrency, by a live lease; for rate, taken
     within the period."""
     if kind.per is None:
@@ -143,9 +123,7 @@ def startable(
     caps = dialects.of(conn)
     st = statements.prebuilt(table, key, caps)
     fair = limits_.fair_limit(limits)
-    query = fair_candidates(
-        st, key, table, eligible, limits, caps, per_key=limits_.per_key(limits, fair, cap)
-    )
+    query = fair_candidates(st, key, table, eligible, limits, caps, per_key=limits_.per_key(limits, fair, cap))
     with transactions.committed(conn):
         n = len(conn.execute(query, {"dbw_limit": cap}).all())
     whole = [lim.concurrency for lim in limits if not lim.keyed and lim.concurrency is not None]

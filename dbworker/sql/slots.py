@@ -51,39 +51,25 @@ def defined(work: sa.Table) -> sa.Table | None:
     return work.metadata.tables.get(table_name(work.name.removesuffix("_work")))
 
 
-def holding(
-    slots: sa.Table, work: sa.Table, caps: dialects.Capabilities | None = None
-) -> sa.ColumnElement[bool]:
+def holding(slots: sa.Table, work: sa.Table, caps: dialects.Capabilities | None = None) -> sa.ColumnElement[bool]:
     """The slot's claim is the item's current one (WORKING with that token); with ``caps``,
     also with a live lease (a slot no claim can free now)."""
     s, w = slots.c, work.c
     live = [w.lease_expires_at > caps.now()] if caps is not None else []
     return (
         sa.select(sa.literal(1))
-        .where(
-            w.source_id == s.source_id,
-            w.claim_token == s.claim_token,
-            w.execution_status == WORKING,
-            *live,
-        )
+        .where(w.source_id == s.source_id, w.claim_token == s.claim_token, w.execution_status == WORKING, *live)
         .exists()
     )
 
 
-def _expired(
-    slots: sa.Table, work: sa.Table, caps: dialects.Capabilities
-) -> sa.ColumnElement[bool]:
+def _expired(slots: sa.Table, work: sa.Table, caps: dialects.Capabilities) -> sa.ColumnElement[bool]:
     """The slot's claim is current but its lease is over (its process died, or lost the database)."""
     s, w = slots.c, work.c
     lapsed = sa.or_(w.lease_expires_at.is_(None), w.lease_expires_at <= caps.now())
     return (
         sa.select(sa.literal(1))
-        .where(
-            w.source_id == s.source_id,
-            w.claim_token == s.claim_token,
-            w.execution_status == WORKING,
-            lapsed,
-        )
+        .where(w.source_id == s.source_id, w.claim_token == s.claim_token, w.execution_status == WORKING, lapsed)
         .exists()
     )
 
@@ -109,13 +95,7 @@ class Seen:
 
 
 def read(
-    conn: Connection,
-    slots: sa.Table,
-    work: sa.Table,
-    *,
-    kind: int,
-    keys: Sequence[str],
-    per: float | None,
+    conn: Connection, slots: sa.Table, work: sa.Table, *, kind: int, keys: Sequence[str], per: float | None
 ) -> dict[str, list[Seen]]:
     """The slot rows of ``kind`` for each of ``keys`` (one statement for a whole round).
 
@@ -180,23 +160,14 @@ def take(
     for slot in range(size):
         if slot not in present:
             insert = caps.insert_ignoring_duplicate(slots, "kind", "limit_key", "slot")
-            if dialects.inserted(
-                conn.execute(insert.values(kind=kind, limit_key=key, slot=slot, **values))
-            ):
+            if dialects.inserted(conn.execute(insert.values(kind=kind, limit_key=key, slot=slot, **values))):
                 seen.append(Seen(slot, source_id, token, busy=True, lapsed=False))
                 return True
-    still_free = (
-        ~holding(slots, work) if per is None else s.taken_at <= caps.now_plus_param("dbw_back")
-    )
+    still_free = ~holding(slots, work) if per is None else s.taken_at <= caps.now_plus_param("dbw_back")
     for row in free:
         update = (
             sa.update(slots)
-            .where(
-                *_where(slots, kind, key),
-                s.slot == row.slot,
-                s.claim_token == row.token,
-                still_free,
-            )
+            .where(*_where(slots, kind, key), s.slot == row.slot, s.claim_token == row.token, still_free)
             .values(**values)
         )
         if conn.execute(update, {"dbw_back": back} if back is not None else {}).rowcount == 1:
@@ -263,9 +234,7 @@ def set_mark(conn: Connection, slots: sa.Table, mark: Any, *, walked: bool) -> N
     )
 
 
-def prune(
-    conn: Connection, slots: sa.Table, work: sa.Table, kinds: Sequence[Kind], *, batch: int
-) -> int:
+def prune(conn: Connection, slots: sa.Table, work: sa.Table, kinds: Sequence[Kind], *, batch: int) -> int:
     """Delete up to ``batch`` free slot rows of each of ``kinds`` (a concurrency slot whose
     claim is not current; a rate slot taken more than its ``per`` ago), committed; how many.
 
@@ -284,11 +253,7 @@ def prune(
     with transactions.committed(conn):
         take_turn(conn, slots)
         for kind in kinds:
-            free = (
-                ~holding(slots, work)
-                if kind.per is None
-                else s.taken_at <= caps.now_plus(-kind.per)
-            )
+            free = ~holding(slots, work) if kind.per is None else s.taken_at <= caps.now_plus(-kind.per)
             where = [s.kind == kind.number, free]
             rows = conn.execute(sa.select(s.limit_key, s.slot).where(*where).limit(batch)).all()
             if rows:
@@ -297,20 +262,14 @@ def prune(
     return deleted
 
 
-def _give_back(
-    conn: Connection, work: sa.Table, caps: dialects.Capabilities, source_id: Any, token: str | None
-) -> bool:
+def _give_back(conn: Connection, work: sa.Table, caps: dialects.Capabilities, source_id: Any, token: str | None) -> bool:
     """End the claim ``token`` of ``source_id`` if its lease is over: the item is UNFINISHED
     and claimable again. True if it did (the slot is then free)."""
     w = work.c
     lapsed = sa.or_(w.lease_expires_at.is_(None), w.lease_expires_at <= caps.now())
     update = (
         sa.update(work)
-        .where(
-            w.source_id == source_id, w.claim_token == token, w.execution_status == WORKING, lapsed
-        )
-        .values(
-            execution_status=UNFINISHED, claim_token=None, lease_expires_at=None, not_before=None
-        )
+        .where(w.source_id == source_id, w.claim_token == token, w.execution_status == WORKING, lapsed)
+        .values(execution_status=UNFINISHED, claim_token=None, lease_expires_at=None, not_before=None)
     )
     return conn.execute(update).rowcount == 1
