@@ -20,9 +20,9 @@ from dbworker import tuning
 from dbworker.limits import Limit
 from dbworker.sql import candidates, dialects, items, slots, statements, transactions, turns
 from dbworker.sql.items import Claim
-from dbworker.sql.turns import key_column
+from dbworker.sql.turns import held_by_key, held_now, key_column
 
-__all__ = ["claim", "fair_candidates", "held", "held_by_key", "key_column", "startable"]
+__all__ = ["claim", "fair_candidates", "held", "held_by_key", "held_now", "key_column", "startable"]
 
 
 def partition_column(lim: Limit) -> sa.ColumnElement[Any]:
@@ -92,22 +92,6 @@ def held(
     s = slots_t.c
     now = held_now(slots_t, work, kind, caps)
     return sa.select(sa.func.count()).where(s.kind == kind.number, s.limit_key == key_text, now).scalar_subquery()
-
-
-def held_by_key(slots_t: sa.Table, work: sa.Table, kind: limits_.Kind, caps: dialects.Capabilities) -> sa.Select[Any]:
-    """(``limit_key``, ``dbw_n``): the keys holding slots of ``kind`` now and how many (``held``,
-    grouped over the kind's slot rows)."""
-    s = slots_t.c
-    now = held_now(slots_t, work, kind, caps)
-    return sa.select(s.limit_key, sa.func.count().label("dbw_n")).where(s.kind == kind.number, now).group_by(s.limit_key)
-
-
-def held_now(slots_t: sa.Table, work: sa.Table, kind: limits_.Kind, caps: dialects.Capabilities) -> sa.ColumnElement[bool]:
-    """A slot row of ``kind`` is held now: for concurrency, by a live lease; for rate, taken
-    within the period."""
-    if kind.per is None:
-        return slots.holding(slots_t, work, caps)
-    return slots_t.c.taken_at > caps.now_plus(-kind.per)
 
 
 def startable(
@@ -185,46 +169,33 @@ def _candidates(
     claimable row (``fair_candidates``)."""
     kinds = limits_.kinds(limits)
     slots_t = slots.slots_table(table)
+    seen: dict[int, dict[str, list[slots.Seen]]] = {kind.number: {} for kind in kinds}
+
+    def held(texts: list[list[str]]) -> dict[int, dict[str, int]]:
+        """Read the slot rows of the keys of ``texts`` not read yet; live holders per kind and key."""
+        for kind in kinds:
+            missing = [row for row in texts if row[kind.limit] not in seen[kind.number]]
+            if missing:
+                seen[kind.number].update(_read(conn, slots_t, table, kind, missing))
+        return {kind.number: {text: sum(1 for r in rows if r.busy and not r.lapsed) for text, rows in seen[kind.number].items()}
+                for kind in kinds}  # fmt: skip
+
     rows: list[tuple[Any, list[str]]] | None = None
-    seen: dict[int, dict[str, list[slots.Seen]]] = {}
     query = statements.eligible_query(eligible, key)
     if not candidates.is_ordered(query):
         mark = turn.mark if turn.fresh else None
-        found = turns.read(
-            conn,
-            st,
-            key,
-            table,
-            query,
-            limits,
-            mark=mark,
-            keys=keys,
-            rows=turns.prefix_rows(wanted),
-        )
+        found = turns.read(conn, st, key, table, query, limits, mark=mark, keys=keys, rows=turns.prefix_rows(wanted))
         lowest = found.lowest
         if lowest is None:  # every row from the mark is blocked: the next round starts at the top
             lowest = conn.execute(statements.top_key(key)).scalar()
         if lowest != turn.mark or mark is None:
             slots.set_mark(conn, slots_t, lowest, walked=mark is None)
-        texts = [row_texts for _, row_texts in found.rows]
-        seen = (
-            {kind.number: _read(conn, slots_t, table, kind, texts) for kind in kinds}
-            if found.rows
-            else {}
-        )
-        rows = turns.pick(found, limits, turns.held_counts(seen), per_key=per_key, wanted=wanted)
+        rows = turns.pick(found, limits, held, per_key=per_key, wanted=wanted)
     if rows is None:
         query = fair_candidates(st, key, table, eligible, limits, caps, per_key=per_key)
-        rows = [
-            (row[0], [limits_.key_text(t) for t in row[1:]])
-            for row in conn.execute(query, {"dbw_limit": wanted})
-        ]
-        texts = [row_texts for _, row_texts in rows]
-        seen = (
-            {kind.number: _read(conn, slots_t, table, kind, texts) for kind in kinds}
-            if rows
-            else {}
-        )
+        rows = [(row[0], [limits_.key_text(t) for t in row[1:]]) for row in conn.execute(query, {"dbw_limit": wanted})]
+    # Every slot row the round may take, read once per kind and key (not once per candidate).
+    held([row_texts for _, row_texts in rows])
     return rows, seen
 
 

@@ -20,7 +20,7 @@ or another table) are seen by the next full walk from the first row, at least ev
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,8 @@ from dbworker import limits as limits_
 from dbworker.limits import Limit
 from dbworker.sql import candidates, dialects, slots, statements
 from dbworker.sql.states import UNFINISHED, WORKING
+
+__all__ = ["Read", "held_by_key", "held_now", "key_column", "pick", "prefix_rows", "read"]
 
 FROM_MARK, BELOW_MARK, NAMED = 0, 1, 2  # the parts of the read (``dbw_part``)
 
@@ -102,16 +104,18 @@ def read(
                for n, part in parts]  # fmt: skip
     union = (members[0] if len(members) == 1 else sa.union_all(*members)).subquery()
     found = conn.execute(sa.select(union).order_by(union.c[key.name]), params).all()
+    width = 1 + len(limits)  # the key and its texts, then dbw_part
     counts = [0, 0, 0]
     by_key: dict[Any, list[str]] = {}
     last = -1  # the position of the last row read from the mark
     for row in found:
-        counts[row[-1]] += 1
+        part = row[width]
+        counts[part] += 1
         if row[0] not in by_key:
-            by_key[row[0]] = [limits_.key_text(t) for t in row[1:-1]]
-        if row[-1] == FROM_MARK:
+            by_key[row[0]] = [limits_.key_text(t) for t in row[1:width]]
+        if part == FROM_MARK:
             last = len(by_key) - 1
-    lowest = next((row[0] for row in found if row[-1] == FROM_MARK), None)
+    lowest = next((row[0] for row in found if row[width] == FROM_MARK), None)
     if (
         counts[BELOW_MARK] >= rows
     ):  # more below the mark than read: not a prefix (``pick`` gives up)
@@ -124,16 +128,14 @@ def read(
 
 
 def pick(
-    found: Read,
-    limits: Sequence[Limit],
-    held: dict[int, dict[str, int]],
-    *,
-    per_key: int,
-    wanted: int,
-) -> list[tuple[Any, list[str]]] | None:
+    found: Read, limits: Sequence[Limit], held: Callable[[list[list[str]]], dict[int, dict[str, int]]], *,
+    per_key: int, wanted: int,
+) -> list[tuple[Any, list[str]]] | None:  # fmt: skip
     """The first ``wanted`` rows by the turn rule (rank, then position) among ``found`` whose
-    keys have room (``held``: live holders per concurrency kind and key text); None when
-    rows not read could come before them (the caller reads every claimable row instead)."""
+    keys have room; None when rows not read could come before them (the caller reads every
+    claimable row instead). ``held(texts)``: the live holders per concurrency kind of the
+    keys of those rows' texts, asked for the next ``wanted`` rows in turn order at a time
+    (usually once: most keys have room)."""
     fair = limits_.fair_limit(limits)
     concurrency = [kind for kind in limits_.kinds(limits) if kind.per is None]
     seen: dict[str, int] = {}
@@ -141,28 +143,44 @@ def pick(
     for position, (source_id, texts) in enumerate(found.rows):
         turn = texts[fair] if fair is not None else ""
         rank = seen[turn] = seen.get(turn, 0) + 1
-        if rank > per_key:
-            continue
-        room = all(
-            (rank if kind.limit == fair else 1) + held[kind.number].get(texts[kind.limit], 0)
-            <= kind.size
-            for kind in concurrency
-        )
-        if room:
+        if rank <= per_key:
             ranked.append((rank, position, source_id, texts))
     ranked.sort(key=lambda r: (r[0], r[1]))
-    chosen = ranked[:wanted]
+    chosen: list[tuple[int, int, Any, list[str]]] = []
+    for start in range(0, len(ranked), wanted):
+        batch = ranked[start : start + wanted]
+        counts = held([texts for _, _, _, texts in batch])
+        for rank, position, source_id, texts in batch:
+            if all((rank if kind.limit == fair else 1) + counts[kind.number].get(texts[kind.limit], 0) <= kind.size
+                   for kind in concurrency):  # fmt: skip
+                chosen.append((rank, position, source_id, texts))
+        if len(chosen) >= wanted:
+            break
+    chosen = chosen[:wanted]
     if not found.complete and (len(chosen) < wanted or chosen[-1][0] > 1):
         return None
     return [(source_id, texts) for _, _, source_id, texts in chosen]
 
 
-def held_counts(seen: dict[int, dict[str, list[slots.Seen]]]) -> dict[int, dict[str, int]]:
-    """Live holders per kind and key text, from the slot rows a round read (``slots.read``)."""
-    return {
-        kind: {
-            text: sum(1 for row in rows if row.busy and not row.lapsed)
-            for text, rows in by_text.items()
-        }
-        for kind, by_text in seen.items()
-    }
+def held_by_key(
+    slots_t: sa.Table, work: sa.Table, kind: limits_.Kind, caps: dialects.Capabilities
+) -> sa.Select[Any]:
+    """(``limit_key``, ``dbw_n``): the keys holding slots of ``kind`` now and how many (``limited.held``,
+    grouped over the kind's slot rows)."""
+    s = slots_t.c
+    now = held_now(slots_t, work, kind, caps)
+    return (
+        sa.select(s.limit_key, sa.func.count().label("dbw_n"))
+        .where(s.kind == kind.number, now)
+        .group_by(s.limit_key)
+    )
+
+
+def held_now(
+    slots_t: sa.Table, work: sa.Table, kind: limits_.Kind, caps: dialects.Capabilities
+) -> sa.ColumnElement[bool]:
+    """A slot row of ``kind`` is held now: for concurrency, by a live lease; for rate, taken
+    within the period."""
+    if kind.per is None:
+        return slots.holding(slots_t, work, caps)
+    return slots_t.c.taken_at > caps.now_plus(-kind.per)
