@@ -144,7 +144,7 @@ def claim(
     with transactions.committed(conn):
         turn = slots.take_turn(conn, slots_t, fresh_seconds=tuning.LIMIT_MARK_SECONDS)
         rows, seen = _candidates(conn, st, key, table, eligible, limits, caps, turn, keys=keys, per_key=per_key,
-                                 wanted=wanted)  # fmt: skip
+                                 wanted=wanted, needed=limit)  # fmt: skip
         full: set[tuple[int, str]] = set()
         for source_id, row_texts in rows:
             if len(taken) >= limit:
@@ -161,7 +161,7 @@ def claim(
 def _candidates(
     conn: Connection, st: statements.Prebuilt, key: sa.Column[Any], table: sa.Table,
     eligible: Callable[[], sa.Select[Any]] | None, limits: Sequence[Limit], caps: dialects.Capabilities,
-    turn: slots.Turn, *, keys: Sequence[Any] | None, per_key: int, wanted: int,
+    turn: slots.Turn, *, keys: Sequence[Any] | None, per_key: int, wanted: int, needed: int,
 ) -> tuple[list[tuple[Any, list[str]]], dict[int, dict[str, list[slots.Seen]]]]:  # fmt: skip
     """A round's candidates in turn order with the slot rows of their keys: read from the
     worker's mark (``sql.turns``; the mark moved to the lowest claimable row seen), else,
@@ -190,7 +190,7 @@ def _candidates(
             lowest = conn.execute(statements.top_key(key)).scalar()
         if lowest != turn.mark or mark is None:
             slots.set_mark(conn, slots_t, lowest, walked=mark is None)
-        rows = turns.pick(found, limits, held, per_key=per_key, wanted=wanted)
+        rows = turns.pick(found, limits, held, per_key=per_key, wanted=wanted, needed=needed)
     if rows is None:
         query = fair_candidates(st, key, table, eligible, limits, caps, per_key=per_key)
         rows = [(row[0], [limits_.key_text(t) for t in row[1:]]) for row in conn.execute(query, {"dbw_limit": wanted})]

@@ -129,11 +129,12 @@ def read(
 
 def pick(
     found: Read, limits: Sequence[Limit], held: Callable[[list[list[str]]], dict[int, dict[str, int]]], *,
-    per_key: int, wanted: int,
+    per_key: int, wanted: int, needed: int,
 ) -> list[tuple[Any, list[str]]] | None:  # fmt: skip
     """The first ``wanted`` rows by the turn rule (rank, then position) among ``found`` whose
-    keys have room; None when rows not read could come before them (the caller reads every
-    claimable row instead). ``held(texts)``: the live holders per concurrency kind of the
+    keys have room. From a prefix (not ``complete``) only first rows of their keys, and None
+    unless at least ``needed`` (what the round takes at most) of them: rows not read could
+    come before the rest (the caller reads every claimable row instead). ``held(texts)``: the live holders per concurrency kind of the
     keys of those rows' texts, asked for the next ``wanted`` rows in turn order at a time
     (usually once: most keys have room)."""
     fair = limits_.fair_limit(limits)
@@ -157,8 +158,12 @@ def pick(
         if len(chosen) >= wanted:
             break
     chosen = chosen[:wanted]
-    if not found.complete and (len(chosen) < wanted or chosen[-1][0] > 1):
-        return None
+    if not found.complete:
+        # Rows not read come after every first row read (by position), before every second
+        # row (by rank): the first rows alone are the rule's first picks, if enough.
+        chosen = [pick for pick in chosen if pick[0] == 1]
+        if len(chosen) < min(needed, wanted):
+            return None
     return [(source_id, texts) for _, _, source_id, texts in chosen]
 
 
