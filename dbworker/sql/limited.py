@@ -146,15 +146,17 @@ def claim(
         rows, seen = _candidates(conn, st, key, table, eligible, limits, caps, turn, keys=keys, per_key=per_key,
                                  wanted=wanted, needed=limit)  # fmt: skip
         full: set[tuple[int, str]] = set()
+        won: list[tuple[Any, str]] = []  # (source key, token) whose slots were all won
         for source_id, row_texts in rows:
-            if len(taken) >= limit:
+            if len(won) >= limit:
                 break
             needed = [(kind, row_texts[kind.limit]) for kind in kinds]
             if any((kind.number, text) in full for kind, text in needed):
                 continue
-            got = _take(conn, st, slots_t, table, needed, full, seen, source_id, lease)
-            if got is not None:
-                taken.append(got)
+            token = _take_slots(conn, slots_t, table, needed, full, seen, source_id)
+            if token is not None:
+                won.append((source_id, token))
+        taken = _claim_all(conn, st, won, lease)
     return taken, len(rows)
 
 
@@ -206,19 +208,36 @@ def _read(
     return slots.read(conn, slots_t, table, kind=kind.number, keys=keys, per=kind.per)
 
 
-def _take(
-    conn: Connection, st: statements.Prebuilt, slots_t: sa.Table, table: sa.Table,
-    needed: list[tuple[limits_.Kind, str]], full: set[tuple[int, str]], seen: dict[int, dict[str, list[slots.Seen]]],
-    source_id: Any, lease: Any,
-) -> Claim | None:  # fmt: skip
-    """The slots, then the claim, of one candidate; None if one failed (a full limit is added
-    to ``full``). Slots won for a claim that was not made (the item was cancelled or reset
-    since the round read it) name a claim that never was: a concurrency slot stays free, a
-    rate slot counts as a start."""
+def _take_slots(
+    conn: Connection, slots_t: sa.Table, table: sa.Table, needed: list[tuple[limits_.Kind, str]],
+    full: set[tuple[int, str]], seen: dict[int, dict[str, list[slots.Seen]]], source_id: Any,
+) -> str | None:  # fmt: skip
+    """The slots of one candidate under a new claim token (returned); None if one failed (a
+    full limit is added to ``full``)."""
     token = str(uuid.uuid4())
     for kind, text in needed:
         if not slots.take(conn, slots_t, table, kind=kind.number, key=text, size=kind.size, per=kind.per,
                           source_id=source_id, token=token, seen=seen[kind.number][text]):  # fmt: skip
             full.add((kind.number, text))
             return None
-    return items.claim(conn, st, source_id, lease, token=token)
+    return token
+
+
+def _claim_all(conn: Connection, st: statements.Prebuilt, won: list[tuple[Any, str]], lease: Any) -> list[Claim]:
+    """The claims of the candidates whose slots were won, under the slots' tokens, in turn
+    order: first claims in one statement where the server can (PostgreSQL), the rest one by
+    one. Slots won for a claim that was not made (the item was cancelled or reset since the
+    round read it) name a claim that never was: a concurrency slot stays free, a rate slot
+    counts as a start; the round takes one item fewer."""
+    taken: list[Claim] = []
+    rest = won
+    if st.first_many is not None and len(won) > 1:
+        taken = items.claim_first_many(conn, st, [s for s, _ in won], lease, tokens=[t for _, t in won])
+        first = {c.source_id for c in taken}
+        rest = [(s, t) for s, t in won if s not in first]
+    for source_id, token in rest:
+        got = items.claim(conn, st, source_id, lease, token=token)
+        if got is not None:
+            taken.append(got)
+    order = {source_id: n for n, (source_id, _) in enumerate(won)}
+    return sorted(taken, key=lambda c: order[c.source_id])
