@@ -115,7 +115,10 @@ def read(
             by_key[row[0]] = [limits_.key_text(t) for t in row[1:width]]
         if part == FROM_MARK:
             last = len(by_key) - 1
-    lowest = next((row[0] for row in found if row[width] == FROM_MARK), None)
+    # The mark moves to the lowest claimable row from it, or lower, to a named row below it
+    # (say a key committed after a greater one): a round that leaves it (its key at its
+    # limit) keeps reading it until it is taken.
+    lowest = next((row[0] for row in found if row[width] in (FROM_MARK, NAMED)), None)
     if (
         counts[BELOW_MARK] >= rows
     ):  # more below the mark than read: not a prefix (``pick`` gives up)

@@ -88,21 +88,49 @@ def test_a_row_given_back_below_the_mark_is_claimed(db: Database, coordinators: 
     assert [t.source_id for t in _claim(c, 3)] == [1]
 
 
+def _add(db: Database, rows: dict[int, int]) -> None:
+    """Jobs by id (key: customer), as keys committed after greater ones would be."""
+    with Session(db.engine) as s:
+        s.execute(sa.insert(Job), [{"id": n, "customer": customer} for n, customer in rows.items()])
+        s.commit()
+
+
+def _named(db: Database, *ids: int) -> list[Any]:
+    """Keys as wake-ups name them (``notify.key_text`` on PostgreSQL, values elsewhere)."""
+    return [str(n) for n in ids] if db.backend == "postgresql" else list(ids)
+
+
 @pytest.mark.usefixtures("lasting_mark")
 def test_a_row_new_below_the_mark_is_claimed_when_named_or_walked(
     db: Database, coordinators: list[Coordinator], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     c = _build(db, coordinators, [Limit(key=Job.customer, concurrency=5)])
-    with Session(db.engine) as s:
-        s.execute(sa.insert(Job), [{"id": n, "customer": 1} for n in (10, 11)])
-        s.commit()
+    _add(db, {10: 1, 11: 1})
     assert len(_claim(c, 5)) == 2
     assert _claim(c, 5) == [] and _mark(c) == 11
-    with Session(db.engine) as s:  # a key below the mark, with no work record (committed late)
-        s.execute(sa.insert(Job), [{"id": n, "customer": 1} for n in (5, 6)])
-        s.commit()
+    _add(db, {5: 1, 6: 1})  # below the mark, with no work record
     assert _claim(c, 5) == []  # not named, and the mark is fresh: not seen yet
-    named = ["5"] if db.backend == "postgresql" else [5]  # as wake-ups name it (notify.key_text)
-    assert [t.source_id for t in _claim(c, 5, keys=named)] == [5]
-    monkeypatch.setattr(tuning, "LIMIT_MARK_SECONDS", 0.0)  # the next round walks from the first row
+    assert [t.source_id for t in _claim(c, 5, keys=_named(db, 5))] == [5]
+    assert _mark(c) == 5  # lowered to the named row: row 6 is above it now
     assert [t.source_id for t in _claim(c, 5)] == [6]
+    _add(db, {3: 1})
+    assert _claim(c, 5) == []
+    monkeypatch.setattr(tuning, "LIMIT_MARK_SECONDS", 0.0)  # the next round walks from the first row
+    assert [t.source_id for t in _claim(c, 5)] == [3]
+
+
+@pytest.mark.usefixtures("lasting_mark")
+def test_a_named_row_left_on_its_limit_is_taken_when_its_slot_frees(
+    db: Database, coordinators: list[Coordinator]
+) -> None:
+    c = _build(db, coordinators, [Limit(key=Job.customer, concurrency=1)])
+    _add(db, {10: 1, 11: 2})
+    running = _claim(c, 5)
+    assert len(running) == 2 and _claim(c, 5) == [] and _mark(c) == 11
+    _add(db, {5: 1})  # below the mark, of customer 1, who is at its limit
+    assert _claim(c, 5, keys=_named(db, 5)) == []
+    w = c.registrations()[0]
+    with dialects.connect(c.engine) as conn:
+        assert items.finish(conn, w.table, next(t for t in running if t.source_id == 10))
+        conn.commit()
+    assert [t.source_id for t in _claim(c, 5)] == [5]  # not named again: the mark went down to it
