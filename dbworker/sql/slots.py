@@ -12,6 +12,7 @@ Which limits and keys a claim needs is ``sql.limited``'s.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -78,10 +79,6 @@ def _flag(condition: sa.ColumnElement[bool]) -> sa.ColumnElement[int]:
     return sa.case((condition, 1), else_=0)
 
 
-def _where(slots: sa.Table, kind: int, key: str) -> list[sa.ColumnElement[bool]]:
-    return [slots.c.kind == kind, slots.c.limit_key == key]
-
-
 @dataclass
 class Seen:
     """A slot row as a round read it: its number, holder, and whether its claim holds it now
@@ -140,7 +137,6 @@ def take(
     SQLite: the write lock.
     """
     caps = dialects.of(conn)
-    s = slots.c
     if seen is None:
         seen = read(conn, slots, work, kind=kind, keys=[key], per=per)[key]
     back = caps.seconds_value(-per) if per is not None else None
@@ -163,17 +159,40 @@ def take(
             if dialects.inserted(conn.execute(insert.values(kind=kind, limit_key=key, slot=slot, **values))):
                 seen.append(Seen(slot, source_id, token, busy=True, lapsed=False))
                 return True
-    still_free = ~holding(slots, work) if per is None else s.taken_at <= caps.now_plus_param("dbw_back")
+    update = _retake(slots, work, caps, rate=per is not None)
     for row in free:
-        update = (
-            sa.update(slots)
-            .where(*_where(slots, kind, key), s.slot == row.slot, s.claim_token == row.token, still_free)
-            .values(**values)
-        )
-        if conn.execute(update, {"dbw_back": back} if back is not None else {}).rowcount == 1:
+        params = {"dbw_kind": kind, "dbw_key": key, "dbw_slot": row.slot, "dbw_previous": row.token,
+                  "dbw_holder": source_id, "dbw_token": token}  # fmt: skip
+        if back is not None:
+            params["dbw_back"] = back
+        if conn.execute(update, params).rowcount == 1:
             row.holder, row.token, row.busy = source_id, token, True
             return True
     return False
+
+
+_RETAKE: weakref.WeakKeyDictionary[sa.Table, dict[tuple[str, bool], sa.Update]] = weakref.WeakKeyDictionary()
+
+
+def _retake(slots: sa.Table, work: sa.Table, caps: dialects.Capabilities, *, rate: bool) -> sa.Update:
+    """The UPDATE that takes a free slot row (by primary key, naming its previous token, and
+    still free), built once per slots table: a round runs one per item it takes."""
+    built = _RETAKE.setdefault(slots, {})
+    update = built.get((caps.name, rate))
+    if update is None:
+        s = slots.c
+        still_free = s.taken_at <= caps.now_plus_param("dbw_back") if rate else ~holding(slots, work)
+        previous = sa.bindparam("dbw_previous", type_=s.claim_token.type)
+        update = built[(caps.name, rate)] = (
+            sa.update(slots)
+            .where(s.kind == sa.bindparam("dbw_kind", type_=s.kind.type),
+                   s.limit_key == sa.bindparam("dbw_key", type_=s.limit_key.type),
+                   s.slot == sa.bindparam("dbw_slot", type_=s.slot.type),
+                   s.claim_token.is_not_distinct_from(previous), still_free)
+            .values(source_id=sa.bindparam("dbw_holder", type_=s.source_id.type),
+                    claim_token=sa.bindparam("dbw_token", type_=s.claim_token.type), taken_at=caps.now())
+        )  # fmt: skip
+    return update
 
 
 ROUND_KIND = -1  # the row a limited claim round locks first (kind, '', 0)
