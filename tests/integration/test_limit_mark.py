@@ -56,7 +56,9 @@ def _customers(db: Database, taken: list[items.Claim]) -> list[int]:
         return [s.get_one(Job, t.source_id).customer for t in taken]
 
 
-def test_turns_beyond_the_rows_read_from_the_mark(db: Database, coordinators: list[Coordinator]) -> None:
+def test_turns_beyond_the_rows_read_from_the_mark(
+    db: Database, coordinators: list[Coordinator]
+) -> None:
     # 300 rows of one customer first: more than a round reads from the mark, so the round
     # reads every claimable row, and the small customers still get their turns.
     c = _build(db, coordinators, [Limit(key=Job.customer, concurrency=100)])
@@ -65,7 +67,9 @@ def test_turns_beyond_the_rows_read_from_the_mark(db: Database, coordinators: li
 
 
 @pytest.mark.usefixtures("lasting_mark")
-def test_the_mark_moves_to_the_lowest_claimable_row(db: Database, coordinators: list[Coordinator]) -> None:
+def test_the_mark_moves_to_the_lowest_claimable_row(
+    db: Database, coordinators: list[Coordinator]
+) -> None:
     c = _build(db, coordinators, [Limit(key=Job.customer, concurrency=1)])
     limited.add_jobs(db.engine, [1, 2, 3, 1])
     assert sorted(t.source_id for t in _claim(c, 3)) == [1, 2, 3]
@@ -75,7 +79,9 @@ def test_the_mark_moves_to_the_lowest_claimable_row(db: Database, coordinators: 
 
 
 @pytest.mark.usefixtures("lasting_mark")
-def test_a_row_given_back_below_the_mark_is_claimed(db: Database, coordinators: list[Coordinator]) -> None:
+def test_a_row_given_back_below_the_mark_is_claimed(
+    db: Database, coordinators: list[Coordinator]
+) -> None:
     c = _build(db, coordinators, [Limit(key=Job.customer, concurrency=1)])
     limited.add_jobs(db.engine, [1, 2, 3])
     taken = _claim(c, 3)
@@ -115,7 +121,9 @@ def test_a_row_new_below_the_mark_is_claimed_when_named_or_walked(
     assert [t.source_id for t in _claim(c, 5)] == [6]
     _add(db, {3: 1})
     assert _claim(c, 5) == []
-    monkeypatch.setattr(tuning, "LIMIT_MARK_SECONDS", 0.0)  # the next round walks from the first row
+    monkeypatch.setattr(
+        tuning, "LIMIT_MARK_SECONDS", 0.0
+    )  # the next round walks from the first row
     assert [t.source_id for t in _claim(c, 5)] == [3]
 
 

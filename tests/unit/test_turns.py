@@ -34,7 +34,9 @@ def test_first_rows_of_every_key_then_the_second() -> None:
 
 def test_keys_without_room_are_left_out() -> None:
     found = _read(["a", "b", "a", "c"], complete=True)
-    picked = turns.pick(found, _limits(), _held({"a": 2, "c": 1}, []), per_key=2, wanted=4, needed=2)
+    picked = turns.pick(
+        found, _limits(), _held({"a": 2, "c": 1}, []), per_key=2, wanted=4, needed=2
+    )
     assert [n for n, _ in picked or []] == [2, 4]  # a holds both slots; c has room for one
 
 
@@ -51,6 +53,8 @@ def test_a_prefix_answers_only_with_first_rows_of_their_keys() -> None:
 def test_slot_rows_are_asked_for_in_turn_order_a_batch_at_a_time() -> None:
     found = _read(["a", "b", "c", "d", "e"], complete=True)
     asked: list[list[list[str]]] = []
-    picked = turns.pick(found, _limits(), _held({"a": 2, "b": 2}, asked), per_key=2, wanted=2, needed=1)
+    picked = turns.pick(
+        found, _limits(), _held({"a": 2, "b": 2}, asked), per_key=2, wanted=2, needed=1
+    )
     assert [n for n, _ in picked or []] == [3, 4]
     assert asked == [[["a"], ["b"]], [["c"], ["d"]]]
