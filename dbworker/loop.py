@@ -110,7 +110,7 @@ class WorkerLoop:
         sweep = Sweep(
             keys_as_text=postgres, max_poll_seconds=settings.max_poll_seconds, lease_seconds=settings.lease_seconds,
             parse_key=None if postgres else functools.partial(tables.key_from_text, column=worker.key),
-            fed=fed, shares_source=shares_source,
+            fed=fed, shares_source=shares_source, marked=bool(worker.limits),
         )  # fmt: skip
         self.picker = Picker(sweep, lookup_every=min(LOOKUP_SECONDS, settings.max_poll_seconds))
         self.runner = Runner(worker, child_config, observer=observer, stopping=self._stopping)

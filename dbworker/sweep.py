@@ -44,8 +44,11 @@ class Sweep:
 
     def __init__(self, *, keys_as_text: bool, max_poll_seconds: float, lease_seconds: float | None = None,
                  parse_key: Callable[[str], Any] | None = None, fed: bool = False,
-                 shares_source: bool = False) -> None:  # fmt: skip
+                 shares_source: bool = False, marked: bool = False) -> None:  # fmt: skip
         self.keys_as_text = keys_as_text
+        # A worker with limits: its rounds read from the worker's mark, not from this cursor
+        # (sql/turns.py), so named rows are always claimed by key (one may lie below the mark).
+        self.marked = marked
         self.fed = fed  # the source has the wake-up triggers (see FED_WRAP_SPACING)
         self.shares_source = shares_source
         # The last sweep round (``_swept_locked``), or the last claim's round by key
@@ -205,6 +208,8 @@ class Sweep:
             keys, many, again, unnamed = sorted(self._named), self._many, self._again, self._unnamed
             self._named, self._many, self._again, self._unnamed = set(), False, set(), False
             ended = set(self._ended_set)
+        if self.marked:
+            return [k for k in keys if k in again or k not in ended], unnamed
         if many:
             self.cursor = None
         cursor = self.cursor
@@ -228,7 +233,10 @@ class Sweep:
         """A round by key took as many rows as it could (its limit): the ``named`` rows it did
         not take (``taken``: the claimed items' keys) may simply not have fit, so they are
         named again for the next claim. Dropped, they would lie behind the cursor until the
-        next wrap. (A round short of its limit took every named row that was claimable.)"""
+        next wrap. (A round short of its limit took every named row that was claimable.)
+        A limited worker's rounds lower its mark to the named rows they left: no need."""
+        if self.marked:
+            return
         got = {notify.key_text(t) for t in taken} if self.keys_as_text else set(taken)
         for key in named:
             if key not in got:
@@ -238,8 +246,9 @@ class Sweep:
         """Whether a round by key of ``named`` rows that took ``taken`` (source ids) under
         ``limit`` needs the read without locks of the named rows it left: a row another
         transaction held (SKIP LOCKED; a lock released without a write sends no wake-up)
-        looks just like one not claimable. A full round left them for ``left_by_full_round``."""
-        return len(taken) < min(limit, len(named))
+        looks just like one not claimable. A full round left them for ``left_by_full_round``.
+        A limited worker's rounds lock no rows (a named row left waits on a limit): never."""
+        return not self.marked and len(taken) < min(limit, len(named))
 
     def left_locked(self, claimable: Iterable[Any]) -> None:
         """What ``needs_named_claimable`` had read: rows named by the last round by key that

@@ -138,6 +138,11 @@ WRAP_SPACING = 100
 # whatever the history. Wake-ups that name no row still wrap at WRAP_SPACING.
 FED_WRAP_SPACING = 10_000
 FED_WRAP_POLLS = 6
+# A limited worker's claim rounds read from its mark (the lowest key claimable when a round
+# last looked, sql/turns.py), and walk from the first row at least this often: rows made
+# claimable below the mark with no work record and no wake-up (the clock, another table
+# its eligible query reads, a key committed out of order unannounced) wait at most this.
+LIMIT_MARK_SECONDS = 2.0
 # Keys of items a loop saw end recently: a notification for one of them is most likely
 # its handler's own write to its row, which needs no claim.
 RECENT_ENDED = 1024

@@ -60,7 +60,8 @@ class Fetcher:
                         sweep.left_locked(claims.named_claimable(conn, table=w.table, key=w.key, eligible=w.eligible,
                                                                  keys=plan.named))  # fmt: skip
                     self._hand_out(taken)
-                if len(taken) < limit:
+                # A limited worker's round by key also read from its mark: it was the round.
+                if len(taken) < limit and not (plan.named and w.limits):
                     taken += self._sweep_round(conn, limit - len(taken))
                 if plan.unnamed and not plan.wrapping and not sweep.wrapping:
                     if len(taken) >= limit:

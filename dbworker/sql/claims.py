@@ -66,14 +66,15 @@ def claim(
     locked FOR UPDATE SKIP LOCKED until the commit; the work rows written are row-locked
     as any INSERT/UPDATE. Elsewhere (SQLite) the conditional writes alone decide.
 
-    With ``limits`` every round looks at all claimable rows in turns between keys (no
-    cursor, ``keys`` only say when to look; ``sql.limited``) and takes the limits' slots.
+    With ``limits`` every round looks at the claimable rows from the worker's mark, in turns
+    between keys (no cursor; ``keys`` are looked at too, wherever the mark is;
+    ``sql.limited``, ``sql.turns``) and takes the limits' slots.
     """
     caps = dialects.of(conn)
     lease = caps.seconds_value(lease_seconds)
     if limits:
         taken, seen = limited.claim(conn, table=table, key=key, eligible=eligible, limits=limits, limit=limit,
-                                    lease=lease)  # fmt: skip
+                                    lease=lease, keys=keys)  # fmt: skip
         return Round(taken, seen, None, swept=False)
     st = statements.prebuilt(table, key, caps)
     one_shot = st.one_shot_keys if keys is not None else st.one_shot if after is None else st.one_shot_after

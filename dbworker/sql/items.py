@@ -85,15 +85,20 @@ def take_over(
     return None
 
 
-def claim_first_many(conn: Connection, st: statements.Prebuilt, source_ids: Sequence[Any], lease: Any) -> list[Claim]:
-    """First claims of many items in one statement (PostgreSQL): the ones whose insert won.
+def claim_first_many(
+    conn: Connection, st: statements.Prebuilt, source_ids: Sequence[Any], lease: Any, *,
+    tokens: Sequence[str] | None = None,
+) -> list[Claim]:  # fmt: skip
+    """First claims of many items in one statement (PostgreSQL): the ones whose insert won;
+    ``tokens``: the claims' tokens (a limited round's, named by its slots), else new ones.
 
     Items that already have a work record are left to ``claim``. No commit.
     """
-    tokens = {source_id: str(uuid.uuid4()) for source_id in source_ids}
-    params = {"dbw_sids": list(tokens), "dbw_tokens": list(tokens.values()), "dbw_lease": lease}
+    named = dict(zip(source_ids, tokens, strict=True)) if tokens is not None else None
+    by_id = named or {source_id: str(uuid.uuid4()) for source_id in source_ids}
+    params = {"dbw_sids": list(by_id), "dbw_tokens": list(by_id.values()), "dbw_lease": lease}
     won = conn.execute(st.first_many, params).scalars().all()
-    return [Claim(source_id, tokens[source_id]) for source_id in won]
+    return [Claim(source_id, by_id[source_id]) for source_id in won]
 
 
 def claim_in_one_statement(conn: Connection, one_shot: statements.Precompiled, params: dict[str, Any]) -> list[Any]:

@@ -16,16 +16,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from dbworker import limits as limits_
+from dbworker import tuning
 from dbworker.limits import Limit
-from dbworker.sql import candidates, dialects, items, slots, statements, transactions
+from dbworker.sql import candidates, dialects, items, slots, statements, transactions, turns
 from dbworker.sql.items import Claim
+from dbworker.sql.turns import held_by_key, held_now, key_column
 
-
-def key_column(lim: Limit) -> sa.ColumnElement[str]:
-    """A limit's key as the text the slots table keeps (NULL and '' are one key)."""
-    if lim.key is None:
-        return sa.literal("")
-    return sa.func.coalesce(sa.cast(lim.key, sa.String()), "")
+__all__ = ["claim", "fair_candidates", "held", "held_by_key", "held_now", "key_column", "startable"]
 
 
 def partition_column(lim: Limit) -> sa.ColumnElement[Any]:
@@ -97,22 +94,6 @@ def held(
     return sa.select(sa.func.count()).where(s.kind == kind.number, s.limit_key == key_text, now).scalar_subquery()
 
 
-def held_by_key(slots_t: sa.Table, work: sa.Table, kind: limits_.Kind, caps: dialects.Capabilities) -> sa.Select[Any]:
-    """(``limit_key``, ``dbw_n``): the keys holding slots of ``kind`` now and how many (``held``,
-    grouped over the kind's slot rows)."""
-    s = slots_t.c
-    now = held_now(slots_t, work, kind, caps)
-    return sa.select(s.limit_key, sa.func.count().label("dbw_n")).where(s.kind == kind.number, now).group_by(s.limit_key)
-
-
-def held_now(slots_t: sa.Table, work: sa.Table, kind: limits_.Kind, caps: dialects.Capabilities) -> sa.ColumnElement[bool]:
-    """A slot row of ``kind`` is held now: for concurrency, by a live lease; for rate, taken
-    within the period."""
-    if kind.per is None:
-        return slots.holding(slots_t, work, caps)
-    return slots_t.c.taken_at > caps.now_plus(-kind.per)
-
-
 def startable(
     conn: Connection, *, table: sa.Table, key: sa.Column[Any], eligible: Callable[[], sa.Select[Any]] | None,
     limits: Sequence[Limit], cap: int,
@@ -142,37 +123,82 @@ def claim(
     limits: Sequence[Limit],
     limit: int,
     lease: Any,
+    keys: Sequence[Any] | None = None,
 ) -> tuple[list[Claim], int]:
     """Claim up to ``limit`` items within ``limits`` in one transaction, which this commits;
-    return them (in turn order) and how many candidates were seen.
+    return them (in turn order) and how many candidates were seen. ``keys``: rows named by
+    wake-ups, looked at wherever the worker's mark is (``sql.turns``).
 
-    Locks: the slot rows and work rows written, until the commit (see ``slots.take`` and
-    ``items.claim``). Candidates are read without locks: the conditional writes decide.
+    Locks: the round row, and the slot rows and work rows written, until the commit (see
+    ``slots.take_turn``, ``slots.take`` and ``items.claim``). Candidates are read without
+    locks: the conditional writes decide.
     """
     caps = dialects.of(conn)
     st = statements.prebuilt(table, key, caps)
     fair = limits_.fair_limit(limits)
-    query = fair_candidates(st, key, table, eligible, limits, caps, per_key=limits_.per_key(limits, fair, limit))
+    per_key = limits_.per_key(limits, fair, limit)
+    wanted = max(2 * limit, limit + 8)
     kinds = limits_.kinds(limits)
     slots_t = slots.slots_table(table)
     taken: list[Claim] = []
     with transactions.committed(conn):
-        slots.take_turn(conn, slots_t)
-        rows = conn.execute(query, {"dbw_limit": max(2 * limit, limit + 8)}).all()
-        texts = [[limits_.key_text(t) for t in row[1:]] for row in rows]
-        # Every slot row the round may need, read once per kind (not once per candidate).
-        seen = {kind.number: _read(conn, slots_t, table, kind, texts) for kind in kinds} if rows else {}
+        turn = slots.take_turn(conn, slots_t, fresh_seconds=tuning.LIMIT_MARK_SECONDS)
+        rows, seen = _candidates(conn, st, key, table, eligible, limits, caps, turn, keys=keys, per_key=per_key,
+                                 wanted=wanted, needed=limit)  # fmt: skip
         full: set[tuple[int, str]] = set()
-        for row, row_texts in zip(rows, texts, strict=True):
-            if len(taken) >= limit:
+        won: list[tuple[Any, str]] = []  # (source key, token) whose slots were all won
+        for source_id, row_texts in rows:
+            if len(won) >= limit:
                 break
             needed = [(kind, row_texts[kind.limit]) for kind in kinds]
             if any((kind.number, text) in full for kind, text in needed):
                 continue
-            got = _take(conn, st, slots_t, table, needed, full, seen, row[0], lease)
-            if got is not None:
-                taken.append(got)
+            token = _take_slots(conn, slots_t, table, needed, full, seen, source_id)
+            if token is not None:
+                won.append((source_id, token))
+        taken = _claim_all(conn, st, won, lease)
     return taken, len(rows)
+
+
+def _candidates(
+    conn: Connection, st: statements.Prebuilt, key: sa.Column[Any], table: sa.Table,
+    eligible: Callable[[], sa.Select[Any]] | None, limits: Sequence[Limit], caps: dialects.Capabilities,
+    turn: slots.Turn, *, keys: Sequence[Any] | None, per_key: int, wanted: int, needed: int,
+) -> tuple[list[tuple[Any, list[str]]], dict[int, dict[str, list[slots.Seen]]]]:  # fmt: skip
+    """A round's candidates in turn order with the slot rows of their keys: read from the
+    worker's mark (``sql.turns``; the mark moved to the lowest claimable row seen), else,
+    when that read cannot decide the turns or the query has an order of its own, every
+    claimable row (``fair_candidates``)."""
+    kinds = limits_.kinds(limits)
+    slots_t = slots.slots_table(table)
+    seen: dict[int, dict[str, list[slots.Seen]]] = {kind.number: {} for kind in kinds}
+
+    def held(texts: list[list[str]]) -> dict[int, dict[str, int]]:
+        """Read the slot rows of the keys of ``texts`` not read yet; live holders per kind and key."""
+        for kind in kinds:
+            missing = [row for row in texts if row[kind.limit] not in seen[kind.number]]
+            if missing:
+                seen[kind.number].update(_read(conn, slots_t, table, kind, missing))
+        return {kind.number: {text: sum(1 for r in rows if r.busy and not r.lapsed) for text, rows in seen[kind.number].items()}
+                for kind in kinds}  # fmt: skip
+
+    rows: list[tuple[Any, list[str]]] | None = None
+    query = statements.eligible_query(eligible, key)
+    if not candidates.is_ordered(query):
+        mark = turn.mark if turn.fresh else None
+        found = turns.read(conn, st, key, table, query, limits, mark=mark, keys=keys, rows=turns.prefix_rows(wanted))
+        lowest = found.lowest
+        if lowest is None:  # every row from the mark is blocked: the next round starts at the top
+            lowest = conn.execute(statements.top_key(key)).scalar()
+        if lowest != turn.mark or mark is None:
+            slots.set_mark(conn, slots_t, lowest, walked=mark is None)
+        rows = turns.pick(found, limits, held, per_key=per_key, wanted=wanted, needed=needed)
+    if rows is None:
+        query = fair_candidates(st, key, table, eligible, limits, caps, per_key=per_key)
+        rows = [(row[0], [limits_.key_text(t) for t in row[1:]]) for row in conn.execute(query, {"dbw_limit": wanted})]
+    # Every slot row the round may take, read once per kind and key (not once per candidate).
+    held([row_texts for _, row_texts in rows])
+    return rows, seen
 
 
 def _read(
@@ -182,19 +208,36 @@ def _read(
     return slots.read(conn, slots_t, table, kind=kind.number, keys=keys, per=kind.per)
 
 
-def _take(
-    conn: Connection, st: statements.Prebuilt, slots_t: sa.Table, table: sa.Table,
-    needed: list[tuple[limits_.Kind, str]], full: set[tuple[int, str]], seen: dict[int, dict[str, list[slots.Seen]]],
-    source_id: Any, lease: Any,
-) -> Claim | None:  # fmt: skip
-    """The slots, then the claim, of one candidate; None if one failed (a full limit is added
-    to ``full``). Slots won for a claim that was not made (the item was cancelled or reset
-    since the round read it) name a claim that never was: a concurrency slot stays free, a
-    rate slot counts as a start."""
+def _take_slots(
+    conn: Connection, slots_t: sa.Table, table: sa.Table, needed: list[tuple[limits_.Kind, str]],
+    full: set[tuple[int, str]], seen: dict[int, dict[str, list[slots.Seen]]], source_id: Any,
+) -> str | None:  # fmt: skip
+    """The slots of one candidate under a new claim token (returned); None if one failed (a
+    full limit is added to ``full``)."""
     token = str(uuid.uuid4())
     for kind, text in needed:
         if not slots.take(conn, slots_t, table, kind=kind.number, key=text, size=kind.size, per=kind.per,
                           source_id=source_id, token=token, seen=seen[kind.number][text]):  # fmt: skip
             full.add((kind.number, text))
             return None
-    return items.claim(conn, st, source_id, lease, token=token)
+    return token
+
+
+def _claim_all(conn: Connection, st: statements.Prebuilt, won: list[tuple[Any, str]], lease: Any) -> list[Claim]:
+    """The claims of the candidates whose slots were won, under the slots' tokens, in turn
+    order: first claims in one statement where the server can (PostgreSQL), the rest one by
+    one. Slots won for a claim that was not made (the item was cancelled or reset since the
+    round read it) name a claim that never was: a concurrency slot stays free, a rate slot
+    counts as a start; the round takes one item fewer."""
+    taken: list[Claim] = []
+    rest = won
+    if st.first_many is not None and len(won) > 1:
+        taken = items.claim_first_many(conn, st, [s for s, _ in won], lease, tokens=[t for _, t in won])
+        first = {c.source_id for c in taken}
+        rest = [(s, t) for s, t in won if s not in first]
+    for source_id, token in rest:
+        got = items.claim(conn, st, source_id, lease, token=token)
+        if got is not None:
+            taken.append(got)
+    order = {source_id: n for n, (source_id, _) in enumerate(won)}
+    return sorted(taken, key=lambda c: order[c.source_id])

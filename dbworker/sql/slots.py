@@ -12,6 +12,7 @@ Which limits and keys a claim needs is ``sql.limited``'s.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -78,10 +79,6 @@ def _flag(condition: sa.ColumnElement[bool]) -> sa.ColumnElement[int]:
     return sa.case((condition, 1), else_=0)
 
 
-def _where(slots: sa.Table, kind: int, key: str) -> list[sa.ColumnElement[bool]]:
-    return [slots.c.kind == kind, slots.c.limit_key == key]
-
-
 @dataclass
 class Seen:
     """A slot row as a round read it: its number, holder, and whether its claim holds it now
@@ -140,7 +137,6 @@ def take(
     SQLite: the write lock.
     """
     caps = dialects.of(conn)
-    s = slots.c
     if seen is None:
         seen = read(conn, slots, work, kind=kind, keys=[key], per=per)[key]
     back = caps.seconds_value(-per) if per is not None else None
@@ -163,43 +159,98 @@ def take(
             if dialects.inserted(conn.execute(insert.values(kind=kind, limit_key=key, slot=slot, **values))):
                 seen.append(Seen(slot, source_id, token, busy=True, lapsed=False))
                 return True
-    still_free = ~holding(slots, work) if per is None else s.taken_at <= caps.now_plus_param("dbw_back")
+    update = _retake(slots, work, caps, rate=per is not None)
     for row in free:
-        update = (
-            sa.update(slots)
-            .where(*_where(slots, kind, key), s.slot == row.slot, s.claim_token == row.token, still_free)
-            .values(**values)
-        )
-        if conn.execute(update, {"dbw_back": back} if back is not None else {}).rowcount == 1:
+        params = {"dbw_kind": kind, "dbw_key": key, "dbw_slot": row.slot, "dbw_previous": row.token,
+                  "dbw_holder": source_id, "dbw_token": token}  # fmt: skip
+        if back is not None:
+            params["dbw_back"] = back
+        if conn.execute(update, params).rowcount == 1:
             row.holder, row.token, row.busy = source_id, token, True
             return True
     return False
 
 
+_RETAKE: weakref.WeakKeyDictionary[sa.Table, dict[tuple[str, bool], sa.Update]] = weakref.WeakKeyDictionary()
+
+
+def _retake(slots: sa.Table, work: sa.Table, caps: dialects.Capabilities, *, rate: bool) -> sa.Update:
+    """The UPDATE that takes a free slot row (by primary key, naming its previous token, and
+    still free), built once per slots table: a round runs one per item it takes."""
+    built = _RETAKE.setdefault(slots, {})
+    update = built.get((caps.name, rate))
+    if update is None:
+        s = slots.c
+        still_free = s.taken_at <= caps.now_plus_param("dbw_back") if rate else ~holding(slots, work)
+        previous = sa.bindparam("dbw_previous", type_=s.claim_token.type)
+        update = built[(caps.name, rate)] = (
+            sa.update(slots)
+            .where(s.kind == sa.bindparam("dbw_kind", type_=s.kind.type),
+                   s.limit_key == sa.bindparam("dbw_key", type_=s.limit_key.type),
+                   s.slot == sa.bindparam("dbw_slot", type_=s.slot.type),
+                   s.claim_token.is_not_distinct_from(previous), still_free)
+            .values(source_id=sa.bindparam("dbw_holder", type_=s.source_id.type),
+                    claim_token=sa.bindparam("dbw_token", type_=s.claim_token.type), taken_at=caps.now())
+        )  # fmt: skip
+    return update
+
+
 ROUND_KIND = -1  # the row a limited claim round locks first (kind, '', 0)
 
 
-def take_turn(conn: Connection, slots: sa.Table) -> None:
+@dataclass(frozen=True)
+class Turn:
+    """The round row as a round found it: the worker's mark (``sql.turns``: the lowest key
+    claimable when a round last looked, None: from the first row) and whether it was set by
+    a walk from the first row less than ``fresh_seconds`` ago."""
+
+    mark: Any
+    fresh: bool
+
+
+def take_turn(conn: Connection, slots: sa.Table, *, fresh_seconds: float = 0.0) -> Turn:
     """Wait for this worker's turn to claim: one limited claim round at a time, fleet-wide.
 
     Rounds of one worker share slot rows (a key=None limit: every round the same ones) and
     take them in candidate order: run at once they deadlock. In turn, each round's reads
     (READ COMMITTED: each statement sees what the previous round committed) meet what its
-    writes will, so a claim does not lose its item after winning its slots.
+    writes will, so a claim does not lose its item after winning its slots. Returns the
+    round row's mark (``set_mark``).
 
     Locks: the round row FOR UPDATE until the commit (created once, INSERT ignoring a
-    duplicate). SQLite: the database's write lock (a write that changes nothing).
+    duplicate). SQLite: the database's write lock (a write that changes nothing), then the
+    round row is read.
     """
     caps = dialects.of(conn)
     s = slots.c
-    if caps.name == "sqlite":
-        conn.execute(sa.update(slots).where(sa.false()).values(slot=s.slot))
-        return
     where = [s.kind == ROUND_KIND, s.limit_key == "", s.slot == 0]
-    if conn.execute(sa.select(s.slot).where(*where).with_for_update()).first() is None:
+    sqlite = caps.name == "sqlite"
+    if sqlite:
+        conn.execute(sa.update(slots).where(sa.false()).values(slot=s.slot))
+    fresh = _flag(s.taken_at > caps.now_plus(-fresh_seconds))
+    query = sa.select(s.source_id, fresh).where(*where)
+    query = query if sqlite else query.with_for_update()
+    row = conn.execute(query).first()
+    if row is None:
         insert = caps.insert_ignoring_duplicate(slots, "kind", "limit_key", "slot")
         conn.execute(insert.values(kind=ROUND_KIND, limit_key="", slot=0, taken_at=caps.now()))
-        conn.execute(sa.select(s.slot).where(*where).with_for_update())
+        row = conn.execute(query).first()
+    return Turn(row[0], bool(row[1])) if row is not None else Turn(None, False)
+
+
+def set_mark(conn: Connection, slots: sa.Table, mark: Any, *, walked: bool) -> None:
+    """Keep ``mark`` in the round row (in this round's transaction, which holds it); with
+    ``walked`` (read from the first row) also when, so the next walk is due in turn."""
+    caps = dialects.of(conn)
+    s = slots.c
+    values: dict[str, Any] = {"source_id": mark}
+    if walked:
+        values["taken_at"] = caps.now()
+    conn.execute(
+        sa.update(slots)
+        .where(s.kind == ROUND_KIND, s.limit_key == "", s.slot == 0)
+        .values(**values)
+    )
 
 
 def prune(conn: Connection, slots: sa.Table, work: sa.Table, kinds: Sequence[Kind], *, batch: int) -> int:
