@@ -96,3 +96,14 @@ def app(db: Database) -> Iterator[App]:
 
 
 WaitFor = Callable[..., Any]
+
+
+@pytest.fixture
+def coordinators() -> Iterator[list[Coordinator]]:
+    """Coordinators a test starts (appends), aborted at its end whatever happened."""
+    started: list[Coordinator] = []
+    try:
+        yield started
+    finally:
+        for c in started:
+            c.abort()

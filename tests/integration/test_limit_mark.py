@@ -4,7 +4,7 @@ claimable again below it, and rows named by wake-ups wherever they are."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -16,14 +16,6 @@ from dbworker.sql import claims, dialects, items, slots
 from tests.apps import limited
 from tests.apps.limited import Job
 from tests.conftest import Database
-
-
-@pytest.fixture
-def coordinators() -> Iterator[list[Coordinator]]:
-    made: list[Coordinator] = []
-    yield made
-    for c in made:
-        c.abort()
 
 
 @pytest.fixture

@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
@@ -17,14 +15,6 @@ from dbworker.sql.waiting import WaitingKey
 from tests.apps import limited
 from tests.apps.limited import Job
 from tests.conftest import Database
-
-
-@pytest.fixture
-def coordinators() -> Iterator[list[Coordinator]]:
-    made: list[Coordinator] = []
-    yield made
-    for c in made:
-        c.abort()
 
 
 def _build(db: Database, made: list[Coordinator], limits: list[Limit], **settings: Any) -> Coordinator:

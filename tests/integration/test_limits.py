@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,14 +18,6 @@ from tests.apps import limited
 from tests.apps.limited import Job
 from tests.conftest import Database
 from tests.helpers import wait_until
-
-
-@pytest.fixture
-def coordinators() -> Iterator[list[Coordinator]]:
-    made: list[Coordinator] = []
-    yield made
-    for c in made:
-        c.abort()
 
 
 def _build(db: Database, made: list[Coordinator], limits: list[Limit], **settings: Any) -> Coordinator:

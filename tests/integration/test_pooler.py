@@ -72,16 +72,6 @@ def pooled(bouncer: pooler.Bouncer) -> Iterator[Pooled]:
         pooler.drop_database(name)
 
 
-@pytest.fixture
-def coordinators() -> Iterator[list[Coordinator]]:
-    started: list[Coordinator] = []
-    try:
-        yield started
-    finally:
-        for c in started:
-            c.abort()
-
-
 def _outputs(engine: sa.Engine) -> list[tuple[int, int]]:
     with Session(engine) as s:
         return [(o.item_id, o.run) for o in s.scalars(sa.select(basic.Output))]
