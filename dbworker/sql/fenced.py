@@ -1,8 +1,8 @@
-"""Writes under a claim's token (the fence): renew a lease (or many at once), record an outcome, step over.
+"""Writes under a claim's token (the fence): renew leases, record an outcome, step over.
 
 Each changes the work record of ``dbw_sid`` only while the claim ``dbw_token`` still holds
 it (``predicates.fenced``), so a claim another process took over, or one that was cancelled,
-writes nothing; the row count says whether it did. ``holder`` reads who holds it instead.
+writes nothing; the row count says whether it did. ``holders`` reads who holds them instead.
 """
 
 from __future__ import annotations
@@ -15,22 +15,14 @@ from dbworker.sql import dialects
 from dbworker.sql.predicates import UNFINISHED, WORKING, fenced
 
 
-def renew(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
-    """Extend the lease of ``dbw_sid`` by ``dbw_lease`` if the claim ``dbw_token`` still holds it.
-
-    Locks: the work row by its primary key until the commit (on MySQL/MariaDB at READ
-    COMMITTED, released at once when the row does not match). SQLite: the write lock.
-    """
-    return sa.update(table).where(fenced(table)).values(lease_expires_at=caps.now_plus_param("dbw_lease"))
-
-
 def renew_many(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
     """Extend by ``dbw_lease`` the leases of the records of ``dbw_sids`` still held by one of
     the claims ``dbw_tokens`` (expanding parameters): one statement for many claims, each
     record changed only under its own claim's token (tokens are unique per claim), so the row
     count is the number of claims still held.
 
-    Locks: as ``renew``, each matched work row by its primary key.
+    Locks: each matched work row by its primary key until the commit (on MySQL/MariaDB at
+    READ COMMITTED, released at once when a row does not match). SQLite: the write lock.
     """
     w = table.c
     return sa.update(table).where(
@@ -83,8 +75,3 @@ def holders(table: sa.Table) -> sa.Select[Any]:
     return sa.select(table.c.source_id, table.c.claim_token).where(
         table.c.source_id.in_(sa.bindparam("dbw_sids", expanding=True))
     )
-
-
-def holder(table: sa.Table, source_id: Any) -> sa.Select[Any]:
-    """The claim token recorded for ``source_id`` (after a renewal matched nothing). Locks: none."""
-    return sa.select(table.c.claim_token).where(table.c.source_id == source_id)

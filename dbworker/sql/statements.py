@@ -27,7 +27,7 @@ from dbworker.sql.candidates import (
     named_candidates,
     narrow,
 )
-from dbworker.sql.fenced import complete, holder, holders, renew, renew_many, step_over
+from dbworker.sql.fenced import complete, holders, renew_many, step_over
 from dbworker.sql.precompiled import Precompiled
 from dbworker.sql.predicates import DONE, UNFINISHED, WORKING
 from dbworker.sql.taking import again, expired, first, first_many, one_shot, over
@@ -49,7 +49,6 @@ __all__ = [
     "first",
     "first_candidate",
     "first_many",
-    "holder",
     "holders",
     "is_ordered",
     "load_source",
@@ -58,7 +57,6 @@ __all__ = [
     "one_shot",
     "over",
     "prebuilt",
-    "renew",
     "renew_many",
     "step_over",
     "top_key",
@@ -91,7 +89,6 @@ class Prebuilt:
     one_shot_keys: Precompiled | None  # ... of the rows named in ``dbw_keys`` (their keys as text)
     expired: sa.Select[Any]  # keys of WORKING items whose lease expired, through the lease index
     # Fenced writes (``fenced``).
-    renew: sa.Update
     renew_many: sa.Update  # the leases of many claims in one statement
     holders: sa.Select[Any]  # who holds each of many records
     complete: sa.Update
@@ -128,7 +125,6 @@ def prebuilt(table: sa.Table, key: sa.Column[Any], caps: dialects.Capabilities) 
         one_shot_after=once(cursor=True),
         one_shot_keys=once(keyed=True),
         expired=expired(table, caps),
-        renew=renew(table, caps),
         renew_many=renew_many(table, caps),
         holders=holders(table),
         complete=complete(table, caps),

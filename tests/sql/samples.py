@@ -105,8 +105,8 @@ STATEMENTS: dict[str, Callable[[statements.Prebuilt, dialects.Capabilities], Any
     "one_shot_keys": lambda st, caps: _one_shot(st.one_shot_keys),
     "again": lambda st, caps: st.again,
     "over": lambda st, caps: st.over,
-    "renew": lambda st, caps: st.renew,
-    "holder": lambda st, caps: statements.holder(WORK, 1),
+    "renew_many": lambda st, caps: st.renew_many,
+    "holders": lambda st, caps: st.holders,
     "complete": lambda st, caps: st.complete,
     "step_over": lambda st, caps: st.step_over,
     # A handler's outcome with its history row, in one statement where the server allows.

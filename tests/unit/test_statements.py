@@ -23,7 +23,7 @@ def test_claim_path_compiles(name: str) -> None:
     assert ("FOR UPDATE OF items" in sql) == (name in ("postgresql", "mysql"))
     first = str(st.first.compile(dialect=d))
     assert {"sqlite": "ON CONFLICT", "postgresql": "ON CONFLICT", "mysql": "IGNORE", "mariadb": "IGNORE"}[name] in first
-    for stmt in (st.blocked, st.blocked_after, st.every, st.every_after, st.again, st.over, st.expired, st.renew, st.complete):
+    for stmt in (st.blocked, st.blocked_after, st.every, st.every_after, st.again, st.over, st.expired, st.renew_many, st.complete):
         assert str(stmt.compile(dialect=d))
     swept = statements.claimable(TABLE, KEY, statements.eligible_query(None, KEY), caps, after=7)
     assert "items.id >" in str(swept.compile(dialect=d))

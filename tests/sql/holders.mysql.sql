@@ -1,0 +1,5 @@
+-- holders on mysql (pymysql, capabilities: skip_locked, lock_of)
+-- parameters: dbw_sids
+SELECT items_work.source_id, items_work.claim_token
+FROM items_work
+WHERE items_work.source_id IN (__[POSTCOMPILE_dbw_sids])

@@ -1,3 +1,0 @@
--- renew on postgresql (psycopg, capabilities: skip_locked, lock_of, gen_random_uuid)
--- parameters: timezone_1='UTC', make_interval_1=0, make_interval_2=0, make_interval_3=0, make_interval_4=0, make_interval_5=0, make_interval_6=0, dbw_lease, dbw_sid, dbw_token, execution_status_1='working'
-UPDATE items_work SET lease_expires_at=(timezone(%(timezone_1)s::VARCHAR, statement_timestamp()) + make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(dbw_lease)s)) WHERE items_work.source_id = %(dbw_sid)s::INTEGER AND items_work.claim_token = %(dbw_token)s::VARCHAR AND items_work.execution_status = %(execution_status_1)s::VARCHAR
