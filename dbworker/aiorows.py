@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from dbworker.tuning import KEYS_PER_STATEMENT
+
 if TYPE_CHECKING:  # imported where used: SQLAlchemy's asyncio needs greenlet (the `async` extra)
     from sqlalchemy.ext.asyncio import AsyncEngine
 
 AGAIN = object()  # not in this batch's answer: read the row alone
-CHUNK = 500  # keys per statement (bound parameters stay well under every server's limit)
 
 
 class RowLoader:
@@ -59,8 +60,8 @@ class RowLoader:
                 if self._autocommit:
                     await session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
                 keys = list(batch)
-                for at in range(0, len(keys), CHUNK):
-                    result = await session.execute(self._many, {"dbw_keys": keys[at : at + CHUNK]})
+                for at in range(0, len(keys), KEYS_PER_STATEMENT):
+                    result = await session.execute(self._many, {"dbw_keys": keys[at : at + KEYS_PER_STATEMENT]})
                     for row in result.scalars():
                         rows[sa.inspect(row).identity[0]] = row
                 session.expunge_all()  # detached: each item's session takes its own

@@ -177,3 +177,8 @@ LOOP_BEAT_SECONDS = 0.05
 LOOP_REPORT_SECONDS = 1.0
 LOOP_BLOCKED_SECONDS = 0.5
 LOOP_KILL_GRACE_SECONDS = 5.0
+
+# Keys bound in one statement that names many rows (lease renewals, an async handler
+# process's batched row reads): a round trip per 500, and far under every server's limit on
+# bound parameters (tens of thousands on each).
+KEYS_PER_STATEMENT = 500

@@ -24,6 +24,7 @@ from dbworker.contract import ExecutionStatus
 from dbworker.messages import Outcome
 from dbworker.sql import dialects, history, notify, statements, transactions
 from dbworker.sql.states import CANCELLED, DONE, FAILED, UNFINISHED, WORKING, clip, fence
+from dbworker.tuning import KEYS_PER_STATEMENT
 
 NEW = "[*]"  # no work record yet: never claimed
 
@@ -115,14 +116,12 @@ def claim_in_one_statement(conn: Connection, one_shot: statements.Precompiled, p
 # --- renew ---------------------------------------------------------------------------------
 
 
-RENEW_CHUNK = 500  # claims per renewing statement (bound parameters stay well under every server's limit)
-
-
 def renew(conn: Connection, table: sa.Table, claims: Sequence[Claim], *, lease_seconds: float) -> list[Claim]:
     """Extend the leases of ``claims`` still held; commit; return the claims another process holds now.
 
-    One UPDATE per RENEW_CHUNK claims (``fenced.renew_many``), in one transaction; only when
-    it matched fewer rows than claims are their records read to tell which claims are lost.
+    One UPDATE per ``tuning.KEYS_PER_STATEMENT`` claims (``fenced.renew_many``), in one
+    transaction; only when it matched fewer rows than claims are their records read to tell
+    which claims are lost.
     A claim whose item just ended (its handler committed while we renewed, before the
     coordinator heard of it) is not lost: its record has no token any more.
     """
@@ -134,8 +133,8 @@ def renew(conn: Connection, table: sa.Table, claims: Sequence[Claim], *, lease_s
     with transactions.committed(conn):
         if st.relax is not None:
             conn.execute(st.relax)
-        for at in range(0, len(ordered), RENEW_CHUNK):
-            chunk = ordered[at : at + RENEW_CHUNK]
+        for at in range(0, len(ordered), KEYS_PER_STATEMENT):
+            chunk = ordered[at : at + KEYS_PER_STATEMENT]
             params = {"dbw_sids": [c.source_id for c in chunk], "dbw_tokens": [c.token for c in chunk], "dbw_lease": lease}
             if conn.execute(st.renew_many, params).rowcount != len(chunk):
                 lost += _held_by_another(conn, st.holders, chunk)
