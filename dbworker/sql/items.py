@@ -328,25 +328,29 @@ def cancel(conn: Connection, table: sa.Table, source_id: Any) -> bool:
     A running handler loses its claim: the record keeps the token ``cancelled`` (never a
     claim's), so its pod's next lease renewal finds the claim held by another and ends the
     handler, and the fence discards whatever it would commit. True if something was cancelled.
+
+    Locks, in the order a claim takes them (the source row, then the work record), so that a
+    cancel in the application's transaction cannot deadlock a claim: a never-claimed item's
+    source row is share-locked (PostgreSQL: FOR KEY SHARE, what the record's foreign key takes
+    anyway) before its record is written, and the record is updated only once it is known to
+    exist. (An UPDATE that finds no record takes a gap lock at MySQL/MariaDB's default
+    REPEATABLE READ; a claim inserting into that gap waits on it while holding the source row
+    the cancel's insert then waits on: a deadlock.)
     """
     w = table.c
-    values = _cancelled(conn)
-    update = sa.update(table).where(w.source_id == source_id, w.execution_status.not_in(DONE)).values(**values)
-    for _ in range(2):
-        if conn.execute(update).rowcount == 1:
-            return True
-        if conn.execute(sa.select(w.execution_status).where(w.source_id == source_id)).first() is not None:
-            return False  # finished or failed already
+    update = sa.update(table).where(w.source_id == source_id, w.execution_status.not_in(DONE))
+    if conn.execute(sa.select(sa.literal(1)).where(w.source_id == source_id)).first() is None:
         key = next(iter(w.source_id.foreign_keys)).column
-        if conn.execute(sa.select(sa.literal(1)).where(key == source_id)).first() is None:
+        source_row = sa.select(sa.literal(1)).where(key == source_id).with_for_update(read=True, key_share=True)
+        if conn.execute(source_row).first() is None:
             return False  # no such source row: nothing to cancel
         insert = dialects.of(conn).insert_ignoring_duplicate(table, "source_id").values(
-            source_id=source_id, attempts=0, **values
+            source_id=source_id, attempts=0, **_cancelled(conn)
         )
         if dialects.inserted(conn.execute(insert)):
             return True
         # A first claim won the race for the record: cancel that claim instead.
-    return False
+    return bool(conn.execute(update.values(**_cancelled(conn))).rowcount == 1)
 
 
 def reset(session: Session, table: sa.Table, which: sa.ColumnElement[bool], *, source_table: str,
