@@ -126,7 +126,8 @@ def take(
 
     A concurrency slot (``per`` None) is free when its claim is not current; one whose claim's
     lease is over is freed by giving that item back first (UNFINISHED, no token: its process,
-    if alive, loses the claim at its next renewal and its commit is refused). A rate slot is
+    if alive, has its commit refused, and its renewals find the claim lost once the item is
+    claimed again; until then a record with no token reads as an item that ended). A rate slot is
     free ``per`` seconds after it was taken. A row seen busy may have been freed since (then
     this round leaves it alone: it only misses a slot); one seen free is checked again by the
     write.
@@ -287,7 +288,7 @@ def _give_back(conn: Connection, work: sa.Table, caps: dialects.Capabilities, so
     w = work.c
     lapsed = sa.or_(w.lease_expires_at.is_(None), w.lease_expires_at <= caps.now())
     update = (
-        sa.update(work)
+        dialects.update_by_key(work)
         .where(w.source_id == source_id, w.claim_token == token, w.execution_status == WORKING, lapsed)
         .values(execution_status=UNFINISHED, claim_token=None, lease_expires_at=None, not_before=None)
     )
