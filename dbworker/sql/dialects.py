@@ -135,6 +135,22 @@ def inserted(result: Any) -> bool:
     return bool(result.rowcount == 1)
 
 
+def update_by_key(table: sa.Table) -> sa.Update:
+    """An UPDATE of ``table``'s rows that its WHERE names by primary key (work records by
+    ``source_id``), told on MySQL/MariaDB to find them through that key.
+
+    Their optimizer may otherwise take the ``execution_status`` index the WHERE also names
+    (on a few rows the two tie), and a range of an index locks its next entry too at
+    REPEATABLE READ, where a handler's transaction runs: every claim writing a WORKING record
+    then waits for that handler's commit, and deadlocks with it when the claim holds the
+    source row the handler's history insert checks.
+    """
+    update = sa.update(table)
+    for name in ("mysql", "mariadb"):
+        update = update.with_hint("FORCE INDEX (PRIMARY)", dialect_name=name)
+    return update
+
+
 def capabilities(dialect: Dialect) -> Capabilities:
     """The capabilities of the server behind ``dialect`` (it must have connected once)."""
     version = tuple(dialect.server_version_info or ())

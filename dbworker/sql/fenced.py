@@ -25,7 +25,7 @@ def renew_many(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
     READ COMMITTED, released at once when a row does not match). SQLite: the write lock.
     """
     w = table.c
-    return sa.update(table).where(
+    return dialects.update_by_key(table).where(
         w.source_id.in_(sa.bindparam("dbw_sids", expanding=True)),
         w.claim_token.in_(sa.bindparam("dbw_tokens", expanding=True)),
         w.execution_status == WORKING,
@@ -41,7 +41,7 @@ def complete(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
     """
     w = table.c
     status = sa.bindparam("dbw_status", type_=w.execution_status.type)
-    return sa.update(table).where(fenced(table)).values(
+    return dialects.update_by_key(table).where(fenced(table)).values(
         ended_at=sa.case((status == UNFINISHED, w.ended_at), else_=caps.now()),
         changed_at=sa.case((status == UNFINISHED, w.changed_at), else_=caps.now()),
         execution_status=status,
@@ -59,7 +59,7 @@ def step_over(table: sa.Table) -> sa.Update:
 
     Locks: as ``complete``.
     """
-    return sa.update(table).where(fenced(table)).values(
+    return dialects.update_by_key(table).where(fenced(table)).values(
         execution_status=UNFINISHED,
         claim_token=None,
         lease_expires_at=None,

@@ -237,7 +237,7 @@ def give_back(conn: Connection, table: sa.Table, claim: Claim, *, started: bool 
         if released and not started:
             w = table.c
             conn.execute(
-                sa.update(table)
+                dialects.update_by_key(table)
                 .where(w.source_id == claim.source_id, w.claim_token.is_(None), w.attempts > 0)
                 .values(attempts=w.attempts - 1)
             )
@@ -313,7 +313,7 @@ def wait_for_retry(conn: Connection, table: sa.Table, claim: Claim, seconds: flo
 def _end_attempt(conn: Connection, table: sa.Table, claim: Claim, values: dict[str, Any], *, error: str,
                  traceback: str | None) -> bool:  # fmt: skip
     values |= {"claim_token": None, "lease_expires_at": None, "error": clip(error), "traceback": clip(traceback)}
-    update = sa.update(table).where(fence(table, claim.source_id, claim.token)).values(**values)
+    update = dialects.update_by_key(table).where(fence(table, claim.source_id, claim.token)).values(**values)
     return bool(conn.execute(update).rowcount == 1)
 
 
@@ -338,7 +338,7 @@ def cancel(conn: Connection, table: sa.Table, source_id: Any) -> bool:
     the cancel's insert then waits on: a deadlock.)
     """
     w = table.c
-    update = sa.update(table).where(w.source_id == source_id, w.execution_status.not_in(DONE))
+    update = dialects.update_by_key(table).where(w.source_id == source_id, w.execution_status.not_in(DONE))
     if conn.execute(sa.select(sa.literal(1)).where(w.source_id == source_id)).first() is None:
         key = next(iter(w.source_id.foreign_keys)).column
         source_row = sa.select(sa.literal(1)).where(key == source_id).with_for_update(read=True, key_share=True)
@@ -391,7 +391,7 @@ def cancel_records(conn: Connection, table: sa.Table, source_ids: Sequence[Any])
     """``cancel`` the existing records of ``source_ids`` that are not FINISHED or FAILED, in
     one statement; no commit. How many."""
     w = table.c
-    update = sa.update(table).where(w.source_id.in_(list(source_ids)), w.execution_status.not_in(DONE))
+    update = dialects.update_by_key(table).where(w.source_id.in_(list(source_ids)), w.execution_status.not_in(DONE))
     return int(conn.execute(update.values(**_cancelled(conn))).rowcount)
 
 

@@ -31,7 +31,7 @@ def write(conn: Connection, table: sa.Table, source_id: Any, token: str, *, frac
           note: str | None) -> bool:  # fmt: skip
     """Store a report if the claim ``token`` is still current; commits. True if stored."""
     values = {"progress_fraction": fraction, "progress_note": clip_note(note), "progress_at": dialects.of(conn).now()}
-    stored = conn.execute(sa.update(table).where(fence(table, source_id, token)).values(**values)).rowcount == 1
+    stored = conn.execute(dialects.update_by_key(table).where(fence(table, source_id, token)).values(**values)).rowcount == 1
     conn.commit()
     return bool(stored)
 

@@ -159,7 +159,7 @@ def again(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
     COMMITTED, released at once when the row does not match). SQLite: the write lock.
     """
     w = table.c
-    return sa.update(table).where(w.source_id == sid(table), due(table, caps)).values(**_taking(table, caps))
+    return dialects.update_by_key(table).where(w.source_id == sid(table), due(table, caps)).values(**_taking(table, caps))
 
 
 def over(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
@@ -169,7 +169,7 @@ def over(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
     """
     w = table.c
     return (
-        sa.update(table)
+        dialects.update_by_key(table)
         .where(w.source_id == sid(table), w.execution_status == WORKING, lease_over(table, caps))
         .values(**_taking(table, caps))
     )

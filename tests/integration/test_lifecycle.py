@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from dbworker import Coordinator, ExecutionStatus, Retry, testing
-from dbworker.sql import claims, dialects, items
+from dbworker.sql import claims, items
 from tests.apps import basic
 from tests.helpers import pid_alive, wait_until
 from tests.integration.conftest import App
@@ -236,54 +235,6 @@ def test_taking_over_the_last_allowed_attempt_fails_the_item_without_running_it(
     state = app.state(i)
     assert state is not None and "last allowed attempt" in state["error"]
     assert app.outputs(i) == []
-
-
-def _waits_on_a_lock(engine: sa.Engine, backend: str, session_id: int) -> bool:
-    """Whether the server session ``session_id`` waits for a row lock now."""
-    with engine.connect() as conn:
-        if backend == "postgresql":
-            query = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = :id"
-        else:
-            query = "SELECT trx_state = 'LOCK WAIT' FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = :id"
-        return bool(conn.execute(sa.text(query), {"id": session_id}).scalar())
-
-
-def test_cancel_of_a_never_claimed_item_meets_its_first_claim_and_cancels_it(app: App) -> None:
-    # The claim holds the item's source row (its candidate lock) when the application cancels
-    # the item in its own transaction (MariaDB: REPEATABLE READ), then writes the item's first
-    # record. The cancel waits for the claim, then cancels that claim; neither deadlocks.
-    if app.db.backend == "sqlite":
-        pytest.skip("SQLite claims take no row locks")
-    c = app.coordinator()
-    [i] = app.add("finish")
-    view = c.workers["items"]
-    outcome: dict[str, Any] = {}
-    session_id: list[int] = []
-
-    def cancel() -> None:
-        try:
-            with Session(app.db.engine) as s:
-                own_id = "SELECT pg_backend_pid()" if app.db.backend == "postgresql" else "SELECT CONNECTION_ID()"
-                session_id.append(int(s.execute(sa.text(own_id)).scalar_one()))
-                outcome["cancelled"] = view.cancel(s, i)
-                s.commit()
-        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
-            outcome["error"] = exc
-
-    with dialects.connect(app.db.engine) as conn:
-        conn.execute(sa.select(basic.Item.id).where(basic.Item.id == i).with_for_update())
-        canceller = threading.Thread(target=cancel)
-        canceller.start()
-        wait_until(lambda: (session_id and _waits_on_a_lock(app.db.engine, app.db.backend, session_id[0]))
-                   or not canceller.is_alive(), what="the cancel to wait for the claim's lock")  # fmt: skip
-        claim = claims.take(conn, view.table, i, caps=dialects.of(conn), lease_seconds=30)
-        conn.commit()
-    canceller.join(timeout=60)
-    assert claim is not None and "error" not in outcome, outcome
-    assert outcome["cancelled"] is True
-    state = app.state(i)
-    assert state is not None and state["execution_status"] is ExecutionStatus.FAILED
-    assert state["error"] == "cancelled"
 
 
 def test_cancel_of_an_id_with_no_source_row_cancels_nothing(app: App) -> None:

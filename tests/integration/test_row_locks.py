@@ -1,0 +1,98 @@
+"""What dbworker's writes lock, on servers with row locks: each test holds one transaction
+open at the point where it holds its locks and runs another against it, as the two meet
+when claims, handlers and the application's own transactions run at once. A wrong lock
+order shows as a deadlock, a lock held too wide as a wait for a lock wait timeout.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from dbworker import ExecutionStatus
+from dbworker.sql import claims, dialects, items
+from tests.apps import basic
+from tests.helpers import wait_until
+from tests.integration.conftest import App
+
+
+def _own_id(conn: Any, backend: str) -> int:
+    """The server session id of ``conn`` (a Connection or Session)."""
+    query = "SELECT pg_backend_pid()" if backend == "postgresql" else "SELECT CONNECTION_ID()"
+    return int(conn.execute(sa.text(query)).scalar_one())
+
+
+def _waits_on_a_lock(engine: sa.Engine, backend: str, session_id: int) -> bool:
+    """Whether the server session ``session_id`` waits for a row lock now."""
+    with engine.connect() as conn:
+        if backend == "postgresql":
+            query = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = :id"
+        else:
+            query = "SELECT trx_state = 'LOCK WAIT' FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = :id"
+        return bool(conn.execute(sa.text(query), {"id": session_id}).scalar())
+
+
+def test_cancel_of_a_never_claimed_item_meets_its_first_claim_and_cancels_it(app: App) -> None:
+    # The claim holds the item's source row (its candidate lock) when the application cancels
+    # the item in its own transaction (MariaDB: REPEATABLE READ), then writes the item's first
+    # record. The cancel waits for the claim, then cancels that claim; neither deadlocks.
+    if app.db.backend == "sqlite":
+        pytest.skip("SQLite claims take no row locks")
+    c = app.coordinator()
+    [i] = app.add("finish")
+    view = c.workers["items"]
+    outcome: dict[str, Any] = {}
+    session_id: list[int] = []
+
+    def cancel() -> None:
+        try:
+            with Session(app.db.engine) as s:
+                session_id.append(_own_id(s, app.db.backend))
+                outcome["cancelled"] = view.cancel(s, i)
+                s.commit()
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            outcome["error"] = exc
+
+    with dialects.connect(app.db.engine) as conn:
+        conn.execute(sa.select(basic.Item.id).where(basic.Item.id == i).with_for_update())
+        canceller = threading.Thread(target=cancel)
+        canceller.start()
+        wait_until(lambda: (session_id and _waits_on_a_lock(app.db.engine, app.db.backend, session_id[0]))
+                   or not canceller.is_alive(), what="the cancel to wait for the claim's lock")  # fmt: skip
+        claim = claims.take(conn, view.table, i, caps=dialects.of(conn), lease_seconds=30)
+        conn.commit()
+    canceller.join(timeout=60)
+    assert claim is not None and "error" not in outcome, outcome
+    assert outcome["cancelled"] is True
+    state = app.state(i)
+    assert state is not None and state["execution_status"] is ExecutionStatus.FAILED
+    assert state["error"] == "cancelled"
+
+
+def test_a_handler_transaction_recording_its_outcome_does_not_hold_up_claims_of_other_items(app: App) -> None:
+    # A handler's transaction (MariaDB: REPEATABLE READ) has recorded its item's outcome and
+    # not yet committed; a claim of another item writes its WORKING record meanwhile. The
+    # outcome's write locks its own record only, so the claim does not wait for the commit.
+    if app.db.backend == "sqlite":
+        pytest.skip("SQLite claims take no row locks")
+    c = app.coordinator()
+    running, other = app.add("finish", "finish")
+    table = c.workers["items"].table
+    with dialects.connect(app.db.engine) as conn:
+        claim = claims.take(conn, table, running, caps=dialects.of(conn), lease_seconds=30)
+        conn.commit()
+    assert claim is not None
+    with Session(app.db.engine) as handler:
+        assert items.finish(handler.connection(), table, claim)
+        with dialects.connect(app.db.engine) as conn:
+            timeout = "SET lock_timeout = '5s'" if app.db.backend == "postgresql" else "SET innodb_lock_wait_timeout = 5"
+            conn.execute(sa.text(timeout))
+            assert claims.take(conn, table, other, caps=dialects.of(conn), lease_seconds=30) is not None
+            conn.commit()
+        handler.commit()
+    assert app.status(running) is ExecutionStatus.FINISHED
+    assert app.status(other) is ExecutionStatus.WORKING
