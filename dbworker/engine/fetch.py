@@ -37,6 +37,7 @@ class Fetcher:
         # out; the first claims of items with no writer's context are stored after, off the
         # pick-up path.
         self._hand_out = hand_out if spans is None else (lambda taken: spans.started(hand_out, taken))
+        self._spans = spans
 
     def claim(self, limit: int) -> list[claims.Claim]:
         """Claim up to ``limit`` items (handed out as they come); raises on a database error."""
@@ -156,6 +157,8 @@ class Fetcher:
             keys=keys,
             inclusive=sweep.inclusive,
             limits=w.limits,
+            # Tracing on: a claim in one statement reads what the items' spans need too.
+            traced=self._spans is not None and self._spans.folds(conn),
         )
         if wrap:
             sweep.wrapped(started=start, now=time.monotonic())

@@ -1,8 +1,9 @@
 """The coordinator's span of each claimed item, from its claim to its recorded outcome.
 
-Started when a claim hands items out: one read of the source's trace table
-(``sql.traces``) gives each item the ``traceparent`` of the write that made it (the span
-becomes its child: request and handler in one trace), and the work table's attempt count.
+Started when a claim hands items out: each item's ``traceparent`` of the write that made it,
+from the source's trace table (``sql.traces``; the span becomes its child: request and
+handler in one trace), and its attempt count. A claim in one statement (PostgreSQL, ``folds``)
+reads both itself; after other claims, one read of the work and trace tables does.
 The span's own ``traceparent`` goes with the claim to the handler process, whose span is its
 child. Ended by the recorder with the outcome; lease loss, give-backs, recalls and timeouts
 are events on it. A span of an earlier attempt of the same item claimed here is linked. An
@@ -22,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from dbworker import tracing
 from dbworker.sql import claimer, dialects, traces
@@ -48,6 +49,7 @@ class ItemSpans:
         self._earlier: collections.OrderedDict[Any, Any] = collections.OrderedDict()
         self._lock = threading.Lock()
         self._readable = True  # False once the trace table was found missing (not migrated)
+        self._folds: bool | None = None  # decided at the first claim (``folds``)
         self._name = f"claim {worker.name}"
         # Built once: the read runs per claim batch (a new select would cost its construction
         # and cache key each time); the keys are one expanding parameter.
@@ -59,6 +61,24 @@ class ItemSpans:
             .where(work.c.source_id.in_(keys))
         )
         self._read_attempts = sa.select(work.c.source_id, work.c.attempts, sa.null()).where(work.c.source_id.in_(keys))
+
+    def folds(self, conn: Connection) -> bool:
+        """Whether claims on ``conn`` read the items' attempt counts and writers' contexts in
+        their own statement (``claims.claim``'s ``traced``): where the server claims in one
+        statement and the trace table exists; decided once, at the first claim."""
+        if self._folds is None:
+            try:
+                self._folds = dialects.of(conn).one_statement_claims and self._has_table()
+            except sa.exc.DBAPIError:
+                return False  # decided at the next claim
+        return self._folds
+
+    def _has_table(self) -> bool:
+        """Whether the trace table exists (on a connection of its own: a claim's must not be
+        left in a transaction); raises DBAPIError."""
+        side = self._traces
+        self._readable = sa.inspect(self._engine).has_table(side.name, schema=side.schema)
+        return self._readable
 
     def started(self, hand_out: Callable[[list[Claim]], None], claimed: list[Claim]) -> None:
         """``hand_out`` the claims with their spans (``start``), then store the first claim
@@ -73,7 +93,13 @@ class ItemSpans:
         traceparent) of those whose item has no stored context (for ``_keep_first``)."""
         if not claimed:
             return claimed, []
-        producers, attempts = self._read([c.source_id for c in claimed])
+        unread = [c.source_id for c in claimed if c.attempt is None]  # not read by their claim (``folds``)
+        producers, attempts = self._read(unread) if unread else ({}, {})
+        for c in claimed:
+            if c.attempt is not None:
+                attempts[c.source_id] = c.attempt
+                if c.parent:
+                    producers[c.source_id] = c.parent
         with self._lock:
             earlier = [self._earlier.get(c.source_id) for c in claimed]
         out: list[Claim] = []
@@ -121,14 +147,13 @@ class ItemSpans:
 
     def _read(self, keys: list[Any]) -> tuple[dict[Any, str], dict[Any, int]]:
         """The writers' traceparents and the items' attempt counts, in one read."""
-        side = self._traces
         query = self._read_both if self._readable else self._read_attempts
         try:
             with dialects.connect_reads(self._engine) as conn, conn.begin():
                 rows = conn.execute(query, {"dbw_keys": keys}).all()
         except sa.exc.DBAPIError:
             try:  # no trace table (not migrated): spans without the writer's parent from now on
-                self._readable = sa.inspect(self._engine).has_table(side.name, schema=side.schema)
+                self._has_table()
             except sa.exc.DBAPIError:
                 pass
             return {}, {}

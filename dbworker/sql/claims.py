@@ -52,6 +52,7 @@ def claim(
     keys: Sequence[Any] | None = None,
     inclusive: bool = False,
     limits: Sequence[Limit] = (),
+    traced: bool = False,
 ) -> Round:
     """Claim up to ``limit`` items in one transaction, which this function commits.
 
@@ -69,6 +70,10 @@ def claim(
     With ``limits`` every round looks at the claimable rows from the worker's mark, in turns
     between keys (no cursor; ``keys`` are looked at too, wherever the mark is;
     ``sql.limited``, ``sql.turns``) and takes the limits' slots.
+
+    ``traced`` (the coordinator traces, the source's trace table exists): a round in one
+    statement also reads each claim's attempt count and writer's traceparent (``Claim.attempt``,
+    ``Claim.parent``); the other paths leave that read to ``engine.spans``.
     """
     caps = dialects.of(conn)
     lease = caps.seconds_value(lease_seconds)
@@ -77,9 +82,12 @@ def claim(
                                     lease=lease, keys=keys)  # fmt: skip
         return Round(taken, seen, None, swept=False)
     st = statements.prebuilt(table, key, caps)
-    one_shot = st.one_shot_keys if keys is not None else st.one_shot if after is None else st.one_shot_after
+    if traced:
+        one_shot = st.one_shot_keys_traced if keys is not None else st.one_shot_traced if after is None else st.one_shot_after_traced
+    else:
+        one_shot = st.one_shot_keys if keys is not None else st.one_shot if after is None else st.one_shot_after
     if eligible is None and one_shot is not None and not conn.in_transaction():
-        return _claim_in_one_statement(conn, one_shot, limit=limit, lease=lease, after=after, keys=keys)
+        return _claim_in_one_statement(conn, one_shot, limit=limit, lease=lease, after=after, keys=keys, traced=traced)
     if keys is not None:
         return _claim_named(conn, st, caps, key, eligible, keys, limit=limit, lease=lease)
     return _claim_next(conn, st, caps, key, eligible, limit=limit, lease=lease, after=after, inclusive=inclusive)
@@ -93,8 +101,10 @@ def _claim_in_one_statement(
     lease: Any,
     after: Any,
     keys: Sequence[Any] | None,
+    traced: bool,
 ) -> Round:
-    """PostgreSQL 13+, every row of the source: the whole round is one autocommitted statement."""
+    """PostgreSQL 13+, every row of the source: the whole round is one autocommitted statement
+    (``traced``: ``one_shot`` is a traced variant, its claims carry what it read)."""
     params: dict[str, Any] = {"dbw_limit": limit}
     if keys is not None:
         params["dbw_keys"] = list(keys)
@@ -102,11 +112,18 @@ def _claim_in_one_statement(
         params["dbw_after"] = after
     params["dbw_lease"] = lease
     rows = items.claim_in_one_statement(conn, one_shot, params)
-    got = [
-        Claim(source_id, token, taken_over=previous == WORKING)
-        for source_id, token, previous in rows
-        if token is not None
-    ]
+    if traced:  # each row also has the claim's attempt count and the writer's traceparent
+        got = [
+            Claim(source_id, token, taken_over=previous == WORKING, attempt=attempt, parent=parent)
+            for source_id, token, previous, attempt, parent in rows
+            if token is not None
+        ]
+    else:
+        got = [
+            Claim(source_id, token, taken_over=previous == WORKING)
+            for source_id, token, previous in rows
+            if token is not None
+        ]
     return Round(got, len(rows), rows[-1][0] if rows else None, keys is None)
 
 

@@ -55,6 +55,11 @@ class Claim:
     # The W3C traceparent of the coordinator's span of this claim (tracing on), for the
     # handler process's span to be its child; never compared.
     trace: str | None = field(default=None, compare=False)
+    # Read by a traced one-statement claim (``claims.claim``'s ``traced``): the attempt this
+    # claim starts and its writer's traceparent (None: none stored), so that the coordinator's
+    # span of the item needs no read of its own (``engine.spans``); never compared.
+    attempt: int | None = field(default=None, compare=False)
+    parent: str | None = field(default=None, compare=False)
 
 
 # --- claim, take_over ----------------------------------------------------------------------
@@ -104,7 +109,8 @@ def claim_first_many(
 
 def claim_in_one_statement(conn: Connection, one_shot: statements.Precompiled, params: dict[str, Any]) -> list[Any]:
     """``claim`` and ``take_over`` of every candidate in one autocommitted statement
-    (PostgreSQL 13+): its rows (key, token or None, previous state), in key order."""
+    (PostgreSQL 13+): its rows (key, token or None, previous state; traced: then the attempt
+    count and the writer's traceparent), in key order."""
     rows: Sequence[Any] = one_shot.execute(conn.execution_options(isolation_level="AUTOCOMMIT"), params).all()
     # Nothing to send in autocommit, but SQLAlchemy began a transaction of its own: ended,
     # so a next round on this connection is one statement too (and not a slower path

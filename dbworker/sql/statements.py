@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from dbworker.sql import dialects
+from dbworker.sql import dialects, traces
 from dbworker.sql.candidates import (
     Blocked,
     blocked,
@@ -87,6 +87,11 @@ class Prebuilt:
     one_shot: Precompiled | None  # eligible=None: the whole claim as one statement (caps.one_statement_claims)
     one_shot_after: Precompiled | None  # ... from a cursor
     one_shot_keys: Precompiled | None  # ... of the rows named in ``dbw_keys`` (their keys as text)
+    # The same three with each item's attempt count and writer's traceparent, for a worker
+    # whose coordinator traces (``taking.one_shot``'s ``traces``); the others never join.
+    one_shot_traced: Precompiled | None
+    one_shot_after_traced: Precompiled | None
+    one_shot_keys_traced: Precompiled | None
     expired: sa.Select[Any]  # keys of WORKING items whose lease expired, through the lease index
     # Fenced writes (``fenced``).
     renew_many: sa.Update  # the leases of many claims in one statement
@@ -106,8 +111,12 @@ def prebuilt(table: sa.Table, key: sa.Column[Any], caps: dialects.Capabilities) 
         return found
     b = Blocked.build(table, key, caps)
 
-    def once(cursor: bool = False, keyed: bool = False) -> Precompiled | None:
-        statement = one_shot(table, key, caps, b, cursor=cursor, keyed=keyed)
+    # The source's trace table (``workers.beside`` defines it for every worker's source).
+    side = traces.side_table(key.table) if caps.one_statement_claims else None
+
+    def once(cursor: bool = False, keyed: bool = False, traced: bool = False) -> Precompiled | None:
+        statement = one_shot(table, key, caps, b, cursor=cursor, keyed=keyed,
+                             traces=side if traced else None)  # fmt: skip
         return None if statement is None else Precompiled(statement)
 
     built = Prebuilt(
@@ -124,6 +133,9 @@ def prebuilt(table: sa.Table, key: sa.Column[Any], caps: dialects.Capabilities) 
         one_shot=once(),
         one_shot_after=once(cursor=True),
         one_shot_keys=once(keyed=True),
+        one_shot_traced=once(traced=True),
+        one_shot_after_traced=once(cursor=True, traced=True),
+        one_shot_keys_traced=once(keyed=True, traced=True),
         expired=expired(table, caps),
         renew_many=renew_many(table, caps),
         holders=holders(table),

@@ -96,6 +96,7 @@ def one_shot(
     *,
     cursor: bool,
     keyed: bool = False,
+    traces: sa.Table | None = None,
 ) -> Any:
     """Every claimable row in key order, taken in one autocommitted statement, where the
     server can (``caps.one_statement_claims``); else None.
@@ -105,10 +106,14 @@ def one_shot(
     separate statements do); the result lists every candidate in key order with its new
     token (NULL when another process won it) and its previous status. One round trip
     instead of BEGIN, SET, SELECT, INSERT and COMMIT. ``keyed``: only the rows ``dbw_keys``.
+    ``traces`` (the source's trace table; tracing on): each row also has its claim's attempt
+    count and the writer's stored ``traceparent`` (NULL: none), what the coordinator's span of
+    the item needs, so that it costs no read of its own (``engine.spans``).
 
     Locks, until the statement ends: the candidate source rows FOR UPDATE OF the source
     SKIP LOCKED, the work rows it inserts, and every existing work row it meets (ON CONFLICT
-    DO UPDATE locks a conflicting row even when its WHERE leaves it unchanged).
+    DO UPDATE locks a conflicting row even when its WHERE leaves it unchanged). The trace
+    table is read without locks, from the statement's snapshot.
     """
     if not caps.one_statement_claims:
         return None
@@ -142,12 +147,16 @@ def one_shot(
             },
             where=sa.or_(due(table, caps), sa.and_(w.execution_status == WORKING, lease_over(table, caps))),
         )
-        .returning(w.source_id, w.claim_token)
+        .returning(w.source_id, w.claim_token, *([] if traces is None else [w.attempts]))
         .cte("dbw_taken")
     )
+    rows = c.outerjoin(taken, taken.c.source_id == cid)
+    if traces is None:
+        return sa.select(cid, taken.c.claim_token, c.c.dbw_previous).select_from(rows).order_by(cid)
+    rows = rows.outerjoin(traces, traces.c.source_id == cid)
     return (
-        sa.select(cid, taken.c.claim_token, c.c.dbw_previous)
-        .select_from(c.outerjoin(taken, taken.c.source_id == cid))
+        sa.select(cid, taken.c.claim_token, c.c.dbw_previous, taken.c.attempts, traces.c.traceparent)
+        .select_from(rows)
         .order_by(cid)
     )
 

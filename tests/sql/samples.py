@@ -103,6 +103,10 @@ STATEMENTS: dict[str, Callable[[statements.Prebuilt, dialects.Capabilities], Any
     "one_shot": lambda st, caps: _one_shot(st.one_shot),
     "one_shot_after": lambda st, caps: _one_shot(st.one_shot_after),
     "one_shot_keys": lambda st, caps: _one_shot(st.one_shot_keys),
+    # The same with each claim's attempt count and writer's traceparent (tracing on).
+    "one_shot_traced": lambda st, caps: _one_shot(st.one_shot_traced),
+    "one_shot_after_traced": lambda st, caps: _one_shot(st.one_shot_after_traced),
+    "one_shot_keys_traced": lambda st, caps: _one_shot(st.one_shot_keys_traced),
     "again": lambda st, caps: st.again,
     "over": lambda st, caps: st.over,
     "renew_many": lambda st, caps: st.renew_many,

@@ -44,3 +44,7 @@ def test_files_are_compiled_with_each_servers_capabilities() -> None:
     assert "FOR UPDATE" not in files["every.sqlite.sql"]
     assert "gen_random_uuid()" in files["one_shot.postgresql.sql"]  # PostgreSQL 13+
     assert not any(f.startswith("one_shot") for f in files if not f.endswith(".postgresql.sql"))
+    # Tracing off claims with no join of the trace table; on, the traced variants read it.
+    for name in ("one_shot", "one_shot_after", "one_shot_keys"):
+        assert "dbworker_traces_items" not in files[f"{name}.postgresql.sql"]
+        assert "LEFT OUTER JOIN dbworker_traces_items" in files[f"{name}_traced.postgresql.sql"]
