@@ -171,6 +171,62 @@ def take(
     return False
 
 
+@dataclass(frozen=True)
+class Planned:
+    """A slot write a round planned (``plan``), made with the round's claims in one statement
+    (``taking.limited_round``): insert the missing slot row ``slot`` (``fresh``), else update
+    the free one naming its ``previous`` token; ``back``: a rate slot's -``per`` seconds."""
+
+    kind: int
+    key: str
+    slot: int
+    fresh: bool
+    previous: str | None
+    back: float | None
+
+
+def plan(
+    conn: Connection, work: sa.Table, *, kind: int, key: str, size: int, per: float | None, seen: list[Seen]
+) -> Planned | None:
+    """Which slot of (``kind``, ``key``) among ``size`` a claim would take, as ``take`` chooses
+    it from ``seen`` (the key's rows as ``read`` returned them in this round), without taking
+    it; None when every slot is held. Expired claims holding one are given back first, as
+    ``take`` does. ``planned`` records the choice in ``seen`` once the claim's every slot was
+    planned.
+
+    Locks: the work rows given back (by key), until the commit.
+    """
+    caps = dialects.of(conn)
+    held = 0
+    free: list[Seen] = []
+    for row in seen:
+        if row.busy and row.lapsed and _give_back(conn, work, caps, row.holder, row.token):
+            row.busy = row.lapsed = False
+        if row.busy:
+            held += 1
+        elif row.slot < size:
+            free.append(row)
+    if held >= size:
+        return None
+    back = caps.seconds_value(-per) if per is not None else None
+    present = {row.slot for row in seen}
+    missing = next((slot for slot in range(size) if slot not in present), None)
+    if missing is not None:
+        return Planned(kind, key, missing, True, None, back)
+    if free:
+        return Planned(kind, key, free[0].slot, False, free[0].token, back)
+    return None
+
+
+def planned(seen: list[Seen], write: Planned, source_id: Any, token: str) -> None:
+    """Record in ``seen`` that the claim (``source_id``, ``token``) takes the slot of ``write``."""
+    for row in seen:
+        if row.slot == write.slot:
+            row.holder, row.token, row.busy, row.lapsed = source_id, token, True, False
+            return
+    seen.append(Seen(write.slot, source_id, token, busy=True, lapsed=False))
+
+
 _RETAKE: weakref.WeakKeyDictionary[sa.Table, dict[tuple[str, bool], sa.Update]] = weakref.WeakKeyDictionary()
 
 
