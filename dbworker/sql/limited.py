@@ -21,6 +21,7 @@ from dbworker import tuning
 from dbworker.limits import Limit
 from dbworker.sql import candidates, dialects, items, slots, statements, taking, transactions, turns
 from dbworker.sql.items import Claim
+from dbworker.sql.precompiled import Precompiled
 from dbworker.sql.states import WORKING
 from dbworker.sql.turns import held_by_key, held_now, key_column
 
@@ -181,20 +182,23 @@ class _Mark:
     to_top: bool = False
 
 
-_ROUND_WRITES: dict[tuple[int, int, dialects.Capabilities], tuple[sa.Table, Any]] = {}
+_ROUND_WRITES: dict[tuple[int, int, dialects.Capabilities], tuple[sa.Table, Precompiled | None]] = {}
 
 
-def _round_writes(table: sa.Table, slots_t: sa.Table, key: sa.Column[Any], caps: dialects.Capabilities) -> Any:
+def _round_writes(
+    table: sa.Table, slots_t: sa.Table, key: sa.Column[Any], caps: dialects.Capabilities
+) -> Precompiled | None:
     """``taking.limited_round`` for ``table``, built once per server kind (None where it cannot run)."""
     cache_key = (id(table), id(key), caps)
     found = _ROUND_WRITES.get(cache_key)
     if found is None or found[0] is not table:
-        found = _ROUND_WRITES[cache_key] = (table, taking.limited_round(table, slots_t, key, caps))
+        writes = taking.limited_round(table, slots_t, key, caps)
+        found = _ROUND_WRITES[cache_key] = (table, None if writes is None else Precompiled(writes))
     return found[1]
 
 
 def _claim_in_one_statement(
-    conn: Connection, writes: Any, slots_t: sa.Table, table: sa.Table, rows: list[tuple[Any, list[str]]],
+    conn: Connection, writes: Precompiled, slots_t: sa.Table, table: sa.Table, rows: list[tuple[Any, list[str]]],
     seen: dict[int, dict[str, list[slots.Seen]]], kinds: Sequence[limits_.Kind], limit: int, lease: Any,
     mark: _Mark | None,
 ) -> list[Claim]:  # fmt: skip
@@ -239,8 +243,8 @@ def _claim_in_one_statement(
         "dbw_lease": lease, "dbw_set_mark": mark is not None, "dbw_mark": mark.value if mark is not None else None,
         "dbw_to_top": mark is not None and mark.to_top, "dbw_walked": mark is not None and mark.walked,
     }  # fmt: skip
-    got = {source_id: Claim(source_id, token, taken_over=previous == WORKING)
-           for source_id, token, previous in conn.execute(writes, params)}  # fmt: skip
+    result: Any = writes.execute(conn, params)
+    got = {source_id: Claim(source_id, token, taken_over=previous == WORKING) for source_id, token, previous in result}
     return [got[source_id] for source_id, _ in won if source_id in got]
 
 
@@ -272,7 +276,10 @@ def _candidates(
     query = statements.eligible_query(eligible, key)
     if not candidates.is_ordered(query):
         mark = turn.mark if turn.fresh else None
-        found = turns.read(conn, st, key, table, query, limits, mark=mark, keys=keys, rows=turns.prefix_rows(wanted))
+        found = turns.read(conn, st, key, table, query, limits, mark=mark, keys=keys, rows=turns.prefix_rows(wanted),
+                           fixed=eligible is None)  # fmt: skip
+        for number, by_key in found.slots.items():
+            seen[number].update(by_key)
         if found.lowest is None:  # every row from the mark is blocked: the next round starts at the top
             moved = _Mark(None, walked=mark is None, to_top=True)
         elif found.lowest != turn.mark or mark is None:

@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection
 
 from dbworker.limits import Kind
 from dbworker.sql import dialects, names, tables, transactions
+from dbworker.sql.precompiled import Precompiled
 from dbworker.sql.states import UNFINISHED, WORKING
 
 
@@ -113,6 +114,38 @@ def read(
     for key, slot, holder, token, is_busy, is_lapsed in conn.execute(query, params):
         found[key].append(Seen(slot, holder, token, bool(is_busy), bool(is_lapsed)))
     return found
+
+
+def by_key(
+    slots: sa.Table, work: sa.Table, kind: Kind, caps: dialects.Capabilities, keys: sa.Select[Any]
+) -> sa.Subquery:
+    """``read``'s rows of ``kind`` for the key texts ``keys`` selects, one row per key with
+    arrays (PostgreSQL): ``limit_key``, then ``dbw_slot``, ``dbw_holder``, ``dbw_token``,
+    ``dbw_busy``, ``dbw_lapsed``, each an array in the same order. A subquery for a round's
+    candidate read to join, so the slot rows of its keys come with it (``turns.read``).
+
+    Locks: none (a plain read; the round's conditional writes decide)."""
+    s = slots.c
+    if kind.per is None:
+        busy, lapsed = _flag(holding(slots, work)), _flag(_expired(slots, work, caps))
+    else:
+        busy, lapsed = _flag(s.taken_at > caps.now_plus(-kind.per)), sa.literal(0)
+    agg = sa.func.array_agg
+    return (
+        sa.select(s.limit_key, agg(s.slot).label("dbw_slot"), agg(s.source_id).label("dbw_holder"),
+                  agg(s.claim_token).label("dbw_token"), agg(busy).label("dbw_busy"),
+                  agg(lapsed).label("dbw_lapsed"))
+        .where(s.kind == kind.number, s.limit_key.in_(keys))
+        .group_by(s.limit_key)
+        .subquery(f"dbw_slots{kind.number}")
+    )  # fmt: skip
+
+
+def seen_of(slot: Any, holder: Any, token: Any, busy: Any, lapsed: Any) -> list[Seen]:
+    """A key's slot rows from the arrays of ``by_key`` (None: it has none)."""
+    if slot is None:
+        return []
+    return [Seen(n, h, t, bool(b), bool(x)) for n, h, t, b, x in zip(slot, holder, token, busy, lapsed, strict=True)]
 
 
 def take(
@@ -279,19 +312,31 @@ def take_turn(conn: Connection, slots: sa.Table, *, fresh_seconds: float = 0.0) 
     """
     caps = dialects.of(conn)
     s = slots.c
-    where = [s.kind == ROUND_KIND, s.limit_key == "", s.slot == 0]
     sqlite = caps.name == "sqlite"
     if sqlite:
         conn.execute(sa.update(slots).where(sa.false()).values(slot=s.slot))
-    fresh = _flag(s.taken_at > caps.now_plus(-fresh_seconds))
-    query = sa.select(s.source_id, fresh).where(*where)
-    query = query if sqlite else query.with_for_update()
-    row = conn.execute(query).first()
+    query = _turn_query(slots, caps, fresh_seconds)
+    row: Any = query.execute(conn, {}).first()
     if row is None:
         insert = caps.insert_ignoring_duplicate(slots, "kind", "limit_key", "slot")
         conn.execute(insert.values(kind=ROUND_KIND, limit_key="", slot=0, taken_at=caps.now()))
-        row = conn.execute(query).first()
+        row = query.execute(conn, {}).first()
     return Turn(row[0], bool(row[1])) if row is not None else Turn(None, False)
+
+
+_TURN: weakref.WeakKeyDictionary[sa.Table, dict[tuple[str, float], Precompiled]] = weakref.WeakKeyDictionary()
+
+
+def _turn_query(slots: sa.Table, caps: dialects.Capabilities, fresh_seconds: float) -> Precompiled:
+    """``take_turn``'s read of the round row (FOR UPDATE but on SQLite), built once per slots table."""
+    built = _TURN.setdefault(slots, {})
+    query = built.get((caps.name, fresh_seconds))
+    if query is None:
+        s = slots.c
+        fresh = _flag(s.taken_at > caps.now_plus(-fresh_seconds))
+        select = sa.select(s.source_id, fresh).where(s.kind == ROUND_KIND, s.limit_key == "", s.slot == 0)
+        query = built[(caps.name, fresh_seconds)] = Precompiled(select if caps.name == "sqlite" else select.with_for_update())
+    return query
 
 
 def set_mark(conn: Connection, slots: sa.Table, mark: Any, *, walked: bool) -> None:
