@@ -130,7 +130,9 @@ def by_key(
         busy, lapsed = _flag(holding(slots, work)), _flag(_expired(slots, work, caps))
     else:
         busy, lapsed = _flag(s.taken_at > caps.now_plus(-kind.per)), sa.literal(0)
-    agg = sa.func.array_agg
+    def agg(column: Any) -> Any:  # psycopg returns arrays as lists: no SQLAlchemy processing
+        return sa.func.array_agg(column, type_=sa.types.NullType())
+
     return (
         sa.select(s.limit_key, agg(s.slot).label("dbw_slot"), agg(s.source_id).label("dbw_holder"),
                   agg(s.claim_token).label("dbw_token"), agg(busy).label("dbw_busy"),

@@ -212,8 +212,13 @@ def limited_round(table: sa.Table, slots: sa.Table, key: sa.Column[Any], caps: d
     s, w = slots.c, table.c
     array = postgresql.ARRAY
 
+    # Bound untyped and cast in the SQL: psycopg sends lists and booleans as they are, so no
+    # SQLAlchemy processing is needed and the statement runs as compiled driver SQL (Precompiled).
+    def bound(name: str, kind: Any) -> Any:
+        return sa.cast(sa.bindparam(name, type_=sa.types.NullType()), kind)
+
     def unnest(name: str, kind: Any) -> Any:
-        return sa.func.unnest(sa.bindparam(name, type_=array(kind)))
+        return sa.func.unnest(bound(name, array(kind)))
 
     ops = sa.select(
         unnest("dbw_kinds", sa.Integer()).label("kind"),
@@ -250,7 +255,7 @@ def limited_round(table: sa.Table, slots: sa.Table, key: sa.Column[Any], caps: d
     won = (
         sa.select(won_tokens.c.claim_token)
         .group_by(won_tokens.c.claim_token)
-        .having(sa.func.count() == sa.bindparam("dbw_need", type_=sa.Integer()))
+        .having(sa.func.count() == bound("dbw_need", sa.Integer()))
     )
     wanted = sa.select(
         unnest("dbw_sids", w.source_id.type).label("sid"),
@@ -284,13 +289,13 @@ def limited_round(table: sa.Table, slots: sa.Table, key: sa.Column[Any], caps: d
     round_row = [s.kind == slots_.ROUND_KIND, s.limit_key == "", s.slot == 0]
     mark = (
         sa.update(slots)
-        .where(*round_row, sa.bindparam("dbw_set_mark", type_=sa.Boolean()))
+        .where(*round_row, bound("dbw_set_mark", sa.Boolean()))
         .values(
             source_id=sa.case(
-                (sa.bindparam("dbw_to_top", type_=sa.Boolean()), sa.select(sa.func.max(key)).scalar_subquery()),
+                (bound("dbw_to_top", sa.Boolean()), sa.select(sa.func.max(key)).scalar_subquery()),
                 else_=sa.bindparam("dbw_mark", type_=w.source_id.type),
             ),
-            taken_at=sa.case((sa.bindparam("dbw_walked", type_=sa.Boolean()), caps.now()), else_=s.taken_at),
+            taken_at=sa.case((bound("dbw_walked", sa.Boolean()), caps.now()), else_=s.taken_at),
         )
         .returning(s.slot)
         .cte("dbw_mark")

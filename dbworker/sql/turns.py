@@ -30,6 +30,7 @@ from sqlalchemy.engine import Connection
 from dbworker import limits as limits_
 from dbworker.limits import Limit
 from dbworker.sql import candidates, dialects, slots, statements
+from dbworker.sql.precompiled import Precompiled
 from dbworker.sql.states import UNFINISHED, WORKING
 
 __all__ = ["Read", "held_by_key", "held_now", "key_column", "pick", "prefix_rows", "read", "read_statement"]
@@ -62,7 +63,7 @@ class Read:
     slots: dict[int, dict[str, list[slots.Seen]]] = field(default_factory=dict)
 
 
-_BUILT: dict[tuple[Any, ...], tuple[sa.Table, Sequence[Limit], sa.Select[Any]]] = {}
+_BUILT: dict[tuple[Any, ...], tuple[sa.Table, Sequence[Limit], Precompiled]] = {}
 
 
 def read(
@@ -73,8 +74,9 @@ def read(
     """Of the eligible ``query`` (without an order of its own), up to ``rows`` claimable rows from ``mark`` (None: from the first row), those below it
     whose work record is claimable, and those named by ``keys``, in key order (one statement).
     ``fixed``: ``query`` is the same every round (every row of the source): the statement is
-    built once (per shape: from the first row or the mark, with named rows or not), not every
-    round (building it cost more client CPU than the database spends on it).
+    built once (per shape: from the first row or the mark, with named rows or not) and run as
+    compiled driver SQL where it can (``Precompiled``), not built every round (that cost more
+    client CPU than the database spends on it).
 
     Locks: none (a plain read: the slot and claim writes decide).
     """
@@ -89,11 +91,11 @@ def read(
     built = _BUILT.get(cache_key) if cacheable else None
     if built is not None and built[0] is table and len(built[1]) == len(limits) \
             and all(a is b for a, b in zip(built[1], limits, strict=True)):  # fmt: skip
-        found = conn.execute(built[2], params).all()
+        found = built[2].execute(conn, params).all()
     else:
         statement = read_statement(st, key, table, query, limits, caps, from_mark=mark is not None, keys=keys, rows=rows)
         if cacheable:
-            _BUILT[cache_key] = (table, tuple(limits), statement)
+            _BUILT[cache_key] = (table, tuple(limits), Precompiled(statement))
         found = conn.execute(statement, params).all()
     kinds = limits_.kinds(limits) if caps.first_claims_at_once else []
     return _parse(found, limits, kinds, rows)
@@ -112,8 +114,10 @@ def read_statement(
         parts = [(FROM_MARK, narrowed)]
     else:
         w = table.c
+        # Not an IN list: an expanding one is rendered per execution, so the read could not
+        # run as compiled driver SQL.
         ready = sa.select(w.source_id).where(
-            w.execution_status.in_((WORKING, UNFINISHED)), w.source_id < bound
+            sa.or_(w.execution_status == WORKING, w.execution_status == UNFINISHED), w.source_id < bound
         )
         parts = [
             (FROM_MARK, narrowed.where(key >= bound)),
