@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
 from dbworker import limits as limits_
@@ -124,14 +125,7 @@ def read_statement(
             (BELOW_MARK, narrowed.where(key < bound, key.in_(ready))),
         ]
     if keys:
-        parts.append(
-            (
-                NAMED,
-                narrowed.where(
-                    candidates.named_by_text(key) if caps.keys_as_text else key.in_(list(keys))
-                ),
-            )
-        )
+        parts.append((NAMED, narrowed.where(_named(key) if caps.keys_as_text else key.in_(list(keys)))))
     # Each part in key order up to ``rows`` (a subquery: a compound's members take no LIMIT
     # everywhere), then the whole in the database's key order (its collation, not Python's).
     members = [sa.select(part.add_columns(sa.literal(n).label("dbw_part")).order_by(key).limit(rows).subquery())
@@ -150,6 +144,14 @@ def read_statement(
         return sa.select(found_rows, *extra).select_from(joined).order_by(found_rows.c[key.name])
     union = (members[0] if len(members) == 1 else sa.union_all(*members)).subquery()
     return sa.select(union).order_by(union.c[key.name])
+
+
+def _named(key: sa.Column[Any]) -> sa.ColumnElement[bool]:
+    """``candidates.named_by_text`` (``key`` is one of ``dbw_keys``, keys as text), its array
+    bound untyped and cast in the SQL: psycopg sends a list of strings as text[] as it is, so
+    the read runs as compiled driver SQL (``Precompiled``)."""
+    texts = sa.cast(sa.bindparam("dbw_keys", type_=sa.types.NullType()), postgresql.ARRAY(sa.Text()))
+    return key == sa.any_(sa.cast(texts, postgresql.ARRAY(key.type)))
 
 
 def _parse(found: Sequence[Any], limits: Sequence[Limit], kinds: Sequence[limits_.Kind], rows: int) -> Read:
