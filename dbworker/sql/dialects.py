@@ -85,6 +85,10 @@ class Capabilities:
         """The server's current time plus ``seconds``, as naive UTC."""
         return self._shift(sa.literal(self.seconds_value(seconds)))
 
+    def now_plus_seconds(self, seconds: ColumnElement[Any]) -> ColumnElement[dt.datetime]:
+        """The server's current time plus ``seconds``, an expression (a column of a statement's rows)."""
+        return self._shift(seconds)
+
     def now_plus_param(self, name: str) -> ColumnElement[dt.datetime]:
         """The server's current time plus a bound parameter ``name`` (see ``seconds_value``)."""
         kind: Any = sa.Float() if self.name == "postgresql" else (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,8 +19,10 @@ from sqlalchemy.engine import Connection
 from dbworker import limits as limits_
 from dbworker import tuning
 from dbworker.limits import Limit
-from dbworker.sql import candidates, dialects, items, slots, statements, transactions, turns
+from dbworker.sql import candidates, dialects, items, slots, statements, taking, transactions, turns
 from dbworker.sql.items import Claim
+from dbworker.sql.precompiled import Precompiled
+from dbworker.sql.states import WORKING
 from dbworker.sql.turns import held_by_key, held_now, key_column
 
 __all__ = ["claim", "fair_candidates", "held", "held_by_key", "held_now", "key_column", "startable"]
@@ -140,11 +143,20 @@ def claim(
     wanted = max(2 * limit, limit + 8)
     kinds = limits_.kinds(limits)
     slots_t = slots.slots_table(table)
+    writes = _round_writes(table, slots_t, key, caps)
     taken: list[Claim] = []
     with transactions.committed(conn):
         turn = slots.take_turn(conn, slots_t, fresh_seconds=tuning.LIMIT_MARK_SECONDS)
-        rows, seen = _candidates(conn, st, key, table, eligible, limits, caps, turn, keys=keys, per_key=per_key,
-                                 wanted=wanted, needed=limit)  # fmt: skip
+        rows, seen, mark = _candidates(conn, st, key, table, eligible, limits, caps, turn, keys=keys, per_key=per_key,
+                                       wanted=wanted, needed=limit)  # fmt: skip
+        if writes is not None:
+            taken = _claim_in_one_statement(conn, writes, slots_t, table, rows, seen, kinds, limit, lease, mark)
+            return taken, len(rows)
+        if mark is not None and mark.to_top:
+            top = conn.execute(statements.top_key(key)).scalar()
+            mark = _Mark(top, mark.walked) if top != turn.mark or mark.walked else None
+        if mark is not None:
+            slots.set_mark(conn, slots_t, mark.value, walked=mark.walked)
         full: set[tuple[int, str]] = set()
         won: list[tuple[Any, str]] = []  # (source key, token) whose slots were all won
         for source_id, row_texts in rows:
@@ -160,13 +172,90 @@ def claim(
     return taken, len(rows)
 
 
+@dataclass(frozen=True)
+class _Mark:
+    """Where a round moves the worker's mark: ``value``, or the source's highest key (``to_top``);
+    ``walked``: the round read from the first row."""
+
+    value: Any
+    walked: bool
+    to_top: bool = False
+
+
+_ROUND_WRITES: dict[tuple[int, int, dialects.Capabilities], tuple[sa.Table, Precompiled | None]] = {}
+
+
+def _round_writes(
+    table: sa.Table, slots_t: sa.Table, key: sa.Column[Any], caps: dialects.Capabilities
+) -> Precompiled | None:
+    """``taking.limited_round`` for ``table``, built once per server kind (None where it cannot run)."""
+    cache_key = (id(table), id(key), caps)
+    found = _ROUND_WRITES.get(cache_key)
+    if found is None or found[0] is not table:
+        writes = taking.limited_round(table, slots_t, key, caps)
+        found = _ROUND_WRITES[cache_key] = (table, None if writes is None else Precompiled(writes))
+    return found[1]
+
+
+def _claim_in_one_statement(
+    conn: Connection, writes: Precompiled, slots_t: sa.Table, table: sa.Table, rows: list[tuple[Any, list[str]]],
+    seen: dict[int, dict[str, list[slots.Seen]]], kinds: Sequence[limits_.Kind], limit: int, lease: Any,
+    mark: _Mark | None,
+) -> list[Claim]:  # fmt: skip
+    """The round's slot writes, claims and mark in one statement (``taking.limited_round``):
+    the slots of up to ``limit`` candidates, in turn order, planned from what the round read
+    (``slots.plan``), then written and claimed together. A planned slot found taken at the
+    write (it cannot be, in turn, but the write checks) leaves its candidate unclaimed this
+    round, as a refused claim does."""
+    full: set[tuple[int, str]] = set()
+    won: list[tuple[Any, str]] = []
+    writes_: list[slots.Planned] = []
+    holders: list[tuple[Any, str]] = []
+    for source_id, row_texts in rows:
+        if len(won) >= limit:
+            break
+        needed = [(kind, row_texts[kind.limit]) for kind in kinds]
+        if any((kind.number, text) in full for kind, text in needed):
+            continue
+        planned: list[slots.Planned] = []
+        for kind, text in needed:
+            write = slots.plan(conn, table, kind=kind.number, key=text, size=kind.size, per=kind.per,
+                               seen=seen[kind.number][text])  # fmt: skip
+            if write is None:
+                full.add((kind.number, text))
+                break
+            planned.append(write)
+        else:
+            token = str(uuid.uuid4())
+            for write in planned:
+                slots.planned(seen[write.kind][write.key], write, source_id, token)
+                writes_.append(write)
+                holders.append((source_id, token))
+            won.append((source_id, token))
+    if not won and mark is None:
+        return []
+    params = {
+        "dbw_kinds": [p.kind for p in writes_], "dbw_keys": [p.key for p in writes_],
+        "dbw_slots": [p.slot for p in writes_], "dbw_fresh": [p.fresh for p in writes_],
+        "dbw_previous": [p.previous for p in writes_], "dbw_backs": [p.back for p in writes_],
+        "dbw_holders": [h for h, _ in holders], "dbw_tokens": [t for _, t in holders],
+        "dbw_need": len(kinds), "dbw_sids": [s for s, _ in won], "dbw_claims": [t for _, t in won],
+        "dbw_lease": lease, "dbw_set_mark": mark is not None, "dbw_mark": mark.value if mark is not None else None,
+        "dbw_to_top": mark is not None and mark.to_top, "dbw_walked": mark is not None and mark.walked,
+    }  # fmt: skip
+    result: Any = writes.execute(conn, params)
+    got = {source_id: Claim(source_id, token, taken_over=previous == WORKING) for source_id, token, previous in result}
+    return [got[source_id] for source_id, _ in won if source_id in got]
+
+
 def _candidates(
     conn: Connection, st: statements.Prebuilt, key: sa.Column[Any], table: sa.Table,
     eligible: Callable[[], sa.Select[Any]] | None, limits: Sequence[Limit], caps: dialects.Capabilities,
     turn: slots.Turn, *, keys: Sequence[Any] | None, per_key: int, wanted: int, needed: int,
-) -> tuple[list[tuple[Any, list[str]]], dict[int, dict[str, list[slots.Seen]]]]:  # fmt: skip
-    """A round's candidates in turn order with the slot rows of their keys: read from the
-    worker's mark (``sql.turns``; the mark moved to the lowest claimable row seen), else,
+) -> tuple[list[tuple[Any, list[str]]], dict[int, dict[str, list[slots.Seen]]], _Mark | None]:  # fmt: skip
+    """A round's candidates in turn order with the slot rows of their keys, and where the
+    worker's mark moves (None: it stays): read from the
+    worker's mark (``sql.turns``; the mark moves to the lowest claimable row seen), else,
     when that read cannot decide the turns or the query has an order of its own, every
     claimable row (``fair_candidates``)."""
     kinds = limits_.kinds(limits)
@@ -183,22 +272,25 @@ def _candidates(
                 for kind in kinds}  # fmt: skip
 
     rows: list[tuple[Any, list[str]]] | None = None
+    moved: _Mark | None = None
     query = statements.eligible_query(eligible, key)
     if not candidates.is_ordered(query):
         mark = turn.mark if turn.fresh else None
-        found = turns.read(conn, st, key, table, query, limits, mark=mark, keys=keys, rows=turns.prefix_rows(wanted))
-        lowest = found.lowest
-        if lowest is None:  # every row from the mark is blocked: the next round starts at the top
-            lowest = conn.execute(statements.top_key(key)).scalar()
-        if lowest != turn.mark or mark is None:
-            slots.set_mark(conn, slots_t, lowest, walked=mark is None)
+        found = turns.read(conn, st, key, table, query, limits, mark=mark, keys=keys, rows=turns.prefix_rows(wanted),
+                           fixed=eligible is None)  # fmt: skip
+        for number, by_key in found.slots.items():
+            seen[number].update(by_key)
+        if found.lowest is None:  # every row from the mark is blocked: the next round starts at the top
+            moved = _Mark(None, walked=mark is None, to_top=True)
+        elif found.lowest != turn.mark or mark is None:
+            moved = _Mark(found.lowest, walked=mark is None)
         rows = turns.pick(found, limits, held, per_key=per_key, wanted=wanted, needed=needed)
     if rows is None:
         query = fair_candidates(st, key, table, eligible, limits, caps, per_key=per_key)
         rows = [(row[0], [limits_.key_text(t) for t in row[1:]]) for row in conn.execute(query, {"dbw_limit": wanted})]
     # Every slot row the round may take, read once per kind and key (not once per candidate).
     held([row_texts for _, row_texts in rows])
-    return rows, seen
+    return rows, seen, moved
 
 
 def _read(

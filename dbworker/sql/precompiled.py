@@ -35,7 +35,9 @@ class Precompiled:
         types = [bind.type for bind in compiled.binds.values()]
         # What the statement returns: a SELECT's columns, an INSERT's or UPDATE's RETURNING.
         results = [column.type for column in getattr(self.statement, "exported_columns", ())]
-        self._fast = all(t.dialect_impl(dialect).bind_processor(dialect) is None for t in types) and all(
+        # An expanding IN list (POSTCOMPILE) is rendered per execution: only SQLAlchemy can run it.
+        expanded = bool(compiled.literal_execute_params or compiled.post_compile_params)
+        self._fast = not expanded and all(t.dialect_impl(dialect).bind_processor(dialect) is None for t in types) and all(
             t.dialect_impl(dialect).result_processor(dialect, None) is None for t in results
         )
         self._dialect, self._compiled, self._sql = dialect, compiled, str(compiled)

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from dbworker.sql import candidates, dialects
+from dbworker.sql import slots as slots_
 from dbworker.sql.predicates import WORKING, claimed_by, due, lease_over, limit, sid, token
 
 # Columns written by a first claim, in the order the INSERT ... SELECT forms list them.
@@ -191,3 +192,125 @@ def expired(table: sa.Table, caps: dialects.Capabilities) -> sa.Select[Any]:
     """
     w = table.c
     return sa.select(w.source_id).where(w.lease_expires_at <= caps.now(), w.execution_status == WORKING).limit(limit())
+
+
+def limited_round(table: sa.Table, slots: sa.Table, key: sa.Column[Any], caps: dialects.Capabilities) -> Any:
+    """A limited claim round's writes in one statement, where the server can
+    (``caps.first_claims_at_once``); else None.
+
+    The round planned its slot writes (``sql.slots.plan``): one row each of the arrays
+    ``dbw_kinds``, ``dbw_keys``, ``dbw_slots``, ``dbw_fresh`` (insert a missing slot row, else
+    update a free one naming its previous token ``dbw_previous`` and still free: for a rate
+    slot, taken at least ``dbw_backs`` seconds ago, NULL for a concurrency slot), for the claim
+    ``dbw_holders`` / ``dbw_tokens``. The statement makes them (an INSERT ignoring a
+    duplicate, an UPDATE whose condition is the one-by-one retake's), then claims each
+    candidate of ``dbw_sids`` / ``dbw_claims`` (tokens) whose every slot (``dbw_need`` of them)
+    was won: a first claim, or over an UNFINISHED record whose wait is over or a WORKING one
+    whose lease is over (as ``one_shot``). With ``dbw_set_mark`` it also keeps the worker's
+    mark in the round row: ``dbw_mark``, or with ``dbw_to_top`` the source's highest key;
+    with ``dbw_walked`` the time of the walk. Returns each claim made: its key, token and the
+    record's previous status.
+
+    Locks, until the commit (the round holds the round row): the slot rows written, the work
+    rows inserted or updated (ON CONFLICT DO UPDATE locks a conflicting row even when its
+    WHERE leaves it unchanged), the round row. A slot a concurrent writer holds is waited
+    for, then its condition is checked on the new row version, so two takers never both win.
+    """
+    if not caps.first_claims_at_once:
+        return None
+    s, w = slots.c, table.c
+    array = postgresql.ARRAY
+
+    # Bound untyped and cast in the SQL: psycopg sends lists and booleans as they are, so no
+    # SQLAlchemy processing is needed and the statement runs as compiled driver SQL (Precompiled).
+    def bound(name: str, kind: Any) -> Any:
+        return sa.cast(sa.bindparam(name, type_=sa.types.NullType()), kind)
+
+    def unnest(name: str, kind: Any) -> Any:
+        return sa.func.unnest(bound(name, array(kind)))
+
+    ops = sa.select(
+        unnest("dbw_kinds", sa.Integer()).label("kind"),
+        unnest("dbw_keys", s.limit_key.type).label("limit_key"),
+        unnest("dbw_slots", sa.Integer()).label("slot"),
+        unnest("dbw_fresh", sa.Boolean()).label("fresh"),
+        unnest("dbw_previous", s.claim_token.type).label("previous"),
+        unnest("dbw_backs", sa.Float()).label("back"),
+        unnest("dbw_holders", w.source_id.type).label("holder"),
+        unnest("dbw_tokens", s.claim_token.type).label("token"),
+    ).cte("dbw_slot_writes")
+    columns = ["kind", "limit_key", "slot", "source_id", "claim_token", "taken_at"]
+    fresh = sa.select(ops.c.kind, ops.c.limit_key, ops.c.slot, ops.c.holder, ops.c.token, caps.now()).where(ops.c.fresh)
+    inserted = (
+        postgresql.insert(slots)
+        .from_select(columns, fresh)
+        .on_conflict_do_nothing()
+        .returning(s.claim_token)
+        .cte("dbw_inserted")
+    )
+    still_free = sa.or_(
+        sa.and_(ops.c.back.is_not(None), s.taken_at <= caps.now_plus_seconds(ops.c.back)),
+        sa.and_(ops.c.back.is_(None), ~slots_.holding(slots, table)),
+    )
+    updated = (
+        sa.update(slots)
+        .where(s.kind == ops.c.kind, s.limit_key == ops.c.limit_key, s.slot == ops.c.slot, sa.not_(ops.c.fresh),
+               s.claim_token.is_not_distinct_from(ops.c.previous), still_free)
+        .values(source_id=ops.c.holder, claim_token=ops.c.token, taken_at=caps.now())
+        .returning(s.claim_token)
+        .cte("dbw_updated")
+    )  # fmt: skip
+    won_tokens = sa.union_all(sa.select(inserted.c.claim_token), sa.select(updated.c.claim_token)).subquery()
+    won = (
+        sa.select(won_tokens.c.claim_token)
+        .group_by(won_tokens.c.claim_token)
+        .having(sa.func.count() == bound("dbw_need", sa.Integer()))
+    )
+    wanted = sa.select(
+        unnest("dbw_sids", w.source_id.type).label("sid"),
+        unnest("dbw_claims", s.claim_token.type).label("token"),
+    ).subquery()
+    previous = sa.select(w.execution_status).where(w.source_id == wanted.c.sid).scalar_subquery()
+    cand = (
+        sa.select(wanted.c.sid, wanted.c.token, previous.label("dbw_previous"))
+        .where(wanted.c.token.in_(won))
+        .cte("dbw_candidates")
+    )
+    insert = postgresql.insert(table).from_select(_CLAIM_COLUMNS, _first_rows(table, caps, cand.c.sid, cand.c.token))
+    taken = (
+        insert.on_conflict_do_update(
+            index_elements=["source_id"],
+            set_={
+                "execution_status": WORKING,
+                "claim_token": insert.excluded.claim_token,
+                "lease_expires_at": insert.excluded.lease_expires_at,
+                "error": None,
+                "attempts": w.attempts + 1,
+                "not_before": None,
+                "claimed_by": insert.excluded.claimed_by,
+                "changed_at": insert.excluded.changed_at,
+            },
+            where=sa.or_(due(table, caps), sa.and_(w.execution_status == WORKING, lease_over(table, caps))),
+        )
+        .returning(w.source_id, w.claim_token)
+        .cte("dbw_taken")
+    )
+    round_row = [s.kind == slots_.ROUND_KIND, s.limit_key == "", s.slot == 0]
+    mark = (
+        sa.update(slots)
+        .where(*round_row, bound("dbw_set_mark", sa.Boolean()))
+        .values(
+            source_id=sa.case(
+                (bound("dbw_to_top", sa.Boolean()), sa.select(sa.func.max(key)).scalar_subquery()),
+                else_=sa.bindparam("dbw_mark", type_=w.source_id.type),
+            ),
+            taken_at=sa.case((bound("dbw_walked", sa.Boolean()), caps.now()), else_=s.taken_at),
+        )
+        .returning(s.slot)
+        .cte("dbw_mark")
+    )
+    return (
+        sa.select(taken.c.source_id, taken.c.claim_token, cand.c.dbw_previous)
+        .select_from(taken.join(cand, cand.c.sid == taken.c.source_id))
+        .add_cte(mark)
+    )

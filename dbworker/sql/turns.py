@@ -21,18 +21,20 @@ or another table) are seen by the next full walk from the first row, at least ev
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
 from dbworker import limits as limits_
 from dbworker.limits import Limit
 from dbworker.sql import candidates, dialects, slots, statements
+from dbworker.sql.precompiled import Precompiled
 from dbworker.sql.states import UNFINISHED, WORKING
 
-__all__ = ["Read", "held_by_key", "held_now", "key_column", "pick", "prefix_rows", "read"]
+__all__ = ["Read", "held_by_key", "held_now", "key_column", "pick", "prefix_rows", "read", "read_statement"]
 
 FROM_MARK, BELOW_MARK, NAMED = 0, 1, 2  # the parts of the read (``dbw_part``)
 
@@ -57,55 +59,113 @@ class Read:
     rows: list[tuple[Any, list[str]]]
     complete: bool
     lowest: Any
+    # The slot rows of the keys read, by kind and key text, where they came with the read
+    # (PostgreSQL: ``slots.by_key``); keys not here are read by the round when needed.
+    slots: dict[int, dict[str, list[slots.Seen]]] = field(default_factory=dict)
+
+
+_BUILT: dict[tuple[Any, ...], tuple[sa.Table, Sequence[Limit], Precompiled]] = {}
 
 
 def read(
     conn: Connection, st: statements.Prebuilt, key: sa.Column[Any], table: sa.Table,
     query: sa.Select[Any], limits: Sequence[Limit], *, mark: Any, keys: Sequence[Any] | None,
-    rows: int,
+    rows: int, fixed: bool = False,
 ) -> Read:  # fmt: skip
     """Of the eligible ``query`` (without an order of its own), up to ``rows`` claimable rows from ``mark`` (None: from the first row), those below it
     whose work record is claimable, and those named by ``keys``, in key order (one statement).
+    ``fixed``: ``query`` is the same every round (every row of the source): the statement is
+    built once (per shape: from the first row or the mark, with named rows or not) and run as
+    compiled driver SQL where it can (``Precompiled``), not built every round (that cost more
+    client CPU than the database spends on it).
 
     Locks: none (a plain read: the slot and claim writes decide).
     """
     caps = dialects.of(conn)
+    params: dict[str, Any] = {}
+    if mark is not None:
+        params["dbw_mark"] = mark
+    if keys and caps.keys_as_text:
+        params["dbw_keys"] = list(keys)
+    cacheable = fixed and (not keys or caps.keys_as_text)
+    cache_key = (id(table), id(key), caps, mark is None, bool(keys), rows)
+    built = _BUILT.get(cache_key) if cacheable else None
+    if built is not None and built[0] is table and len(built[1]) == len(limits) \
+            and all(a is b for a, b in zip(built[1], limits, strict=True)):  # fmt: skip
+        found = built[2].execute(conn, params).all()
+    else:
+        statement = read_statement(st, key, table, query, limits, caps, from_mark=mark is not None, keys=keys, rows=rows)
+        if cacheable:
+            _BUILT[cache_key] = (table, tuple(limits), Precompiled(statement))
+        found = conn.execute(statement, params).all()
+    kinds = limits_.kinds(limits) if caps.first_claims_at_once else []
+    return _parse(found, limits, kinds, rows)
+
+
+def read_statement(
+    st: statements.Prebuilt, key: sa.Column[Any], table: sa.Table, query: sa.Select[Any], limits: Sequence[Limit],
+    caps: dialects.Capabilities, *, from_mark: bool, keys: Sequence[Any] | None, rows: int,
+) -> sa.Select[Any]:  # fmt: skip
+    """``read``'s statement: bound ``dbw_mark`` (``from_mark``) and ``dbw_keys`` (named rows, as text)."""
     base = query.order_by(None)
     texts = [key_column(lim).label(f"dbw_k{n}") for n, lim in enumerate(limits)]
     narrowed = candidates.narrow(st, key, base, swept=False).add_columns(*texts)
     bound = sa.bindparam("dbw_mark", type_=key.type)
-    params: dict[str, Any] = {}
-    if mark is None:
+    if not from_mark:
         parts = [(FROM_MARK, narrowed)]
     else:
         w = table.c
+        # Not an IN list: an expanding one is rendered per execution, so the read could not
+        # run as compiled driver SQL.
         ready = sa.select(w.source_id).where(
-            w.execution_status.in_((WORKING, UNFINISHED)), w.source_id < bound
+            sa.or_(w.execution_status == WORKING, w.execution_status == UNFINISHED), w.source_id < bound
         )
         parts = [
             (FROM_MARK, narrowed.where(key >= bound)),
             (BELOW_MARK, narrowed.where(key < bound, key.in_(ready))),
         ]
-        params["dbw_mark"] = mark
     if keys:
-        parts.append(
-            (
-                NAMED,
-                narrowed.where(
-                    candidates.named_by_text(key) if caps.keys_as_text else key.in_(list(keys))
-                ),
-            )
-        )
-        if caps.keys_as_text:
-            params["dbw_keys"] = list(keys)
+        parts.append((NAMED, narrowed.where(_named(key) if caps.keys_as_text else key.in_(list(keys)))))
     # Each part in key order up to ``rows`` (a subquery: a compound's members take no LIMIT
     # everywhere), then the whole in the database's key order (its collation, not Python's).
     members = [sa.select(part.add_columns(sa.literal(n).label("dbw_part")).order_by(key).limit(rows).subquery())
                for n, part in parts]  # fmt: skip
+    kinds = limits_.kinds(limits) if caps.first_claims_at_once else []
+    if kinds:  # with the slot rows of their keys, one row of arrays per key and kind (``slots.by_key``)
+        found_rows = (members[0] if len(members) == 1 else sa.union_all(*members)).cte("dbw_found")
+        slots_t = slots.slots_table(table)
+        joined: sa.FromClause = found_rows
+        extra = []
+        for kind in kinds:
+            text = found_rows.c[f"dbw_k{kind.limit}"]
+            held = slots.by_key(slots_t, table, kind, caps, sa.select(text))
+            joined = joined.outerjoin(held, held.c.limit_key == text)
+            extra += [held.c.dbw_slot, held.c.dbw_holder, held.c.dbw_token, held.c.dbw_busy, held.c.dbw_lapsed]
+        return sa.select(found_rows, *extra).select_from(joined).order_by(found_rows.c[key.name])
     union = (members[0] if len(members) == 1 else sa.union_all(*members)).subquery()
-    found = conn.execute(sa.select(union).order_by(union.c[key.name]), params).all()
+    return sa.select(union).order_by(union.c[key.name])
+
+
+def _named(key: sa.Column[Any]) -> sa.ColumnElement[bool]:
+    """``candidates.named_by_text`` (``key`` is one of ``dbw_keys``, keys as text), its array
+    bound untyped and cast in the SQL: psycopg sends a list of strings as text[] as it is, so
+    the read runs as compiled driver SQL (``Precompiled``)."""
+    texts = sa.cast(sa.bindparam("dbw_keys", type_=sa.types.NullType()), postgresql.ARRAY(sa.Text()))
+    return key == sa.any_(sa.cast(texts, postgresql.ARRAY(key.type)))
+
+
+def _parse(found: Sequence[Any], limits: Sequence[Limit], kinds: Sequence[limits_.Kind], rows: int) -> Read:
+    """``read``'s rows as a ``Read``."""
     width = 1 + len(limits)  # the key and its texts, then dbw_part
     counts = [0, 0, 0]
+    read_slots: dict[int, dict[str, list[slots.Seen]]] = {kind.number: {} for kind in kinds}
+    for row in found:
+        for n, kind in enumerate(kinds):
+            text = row[1 + kind.limit]
+            # A text the slots table keeps otherwise (longer than its column) is left to the round.
+            if limits_.key_text(text) == (text or "") and (text or "") not in read_slots[kind.number]:
+                at = width + 1 + 5 * n
+                read_slots[kind.number][text or ""] = slots.seen_of(*row[at : at + 5])
     by_key: dict[Any, list[str]] = {}
     last = -1  # the position of the last row read from the mark
     for row in found:
@@ -122,12 +182,12 @@ def read(
     if (
         counts[BELOW_MARK] >= rows
     ):  # more below the mark than read: not a prefix (``pick`` gives up)
-        return Read([], False, lowest)
+        return Read([], False, lowest, read_slots)
     complete = counts[FROM_MARK] < rows
     ordered = list(by_key.items())
     if not complete:  # a prefix: no named row past the last one read from the mark
         ordered = ordered[: last + 1]
-    return Read(ordered, complete, lowest)
+    return Read(ordered, complete, lowest, read_slots)
 
 
 def pick(

@@ -277,3 +277,33 @@ def test_turns_follow_the_first_keyed_limit(db: Database, coordinators: list[Coo
     taken = _claim(db, c, 6)
     with Session(db.engine) as s:
         assert [s.get_one(Job, t.source_id).customer for t in taken] == expected
+
+
+def test_a_round_on_postgresql_is_three_statements(db: Database, coordinators: list[Coordinator]) -> None:
+    """The round lock, the candidate read (with its keys' slot rows), then the slot writes,
+    claims and mark in one statement (docs/limits.md, "Cost"): not a statement per slot."""
+    if db.backend != "postgresql":
+        pytest.skip("one statement per round's writes is PostgreSQL's (taking.limited_round)")
+    c = _build(db, coordinators, [Limit(key=Job.customer, concurrency=2), Limit(key=None, rate=100, per=3600)])
+    limited.add_jobs(db.engine, [n % 5 for n in range(20)])
+    w = c.registrations()[0]
+    _claim(db, c, 1)  # the round row and the statements' first use
+    sent: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        sent.append(statement)
+
+    sa.event.listen(c.engine, "before_cursor_execute", count)
+    try:
+        taken = _claim(db, c, 6)
+    finally:
+        sa.event.remove(c.engine, "before_cursor_execute", count)
+    assert len(sent) == 3, sent
+    assert len(taken) == 6
+    assert sorted(_customers(db, taken).values()) == [1, 1, 1, 1, 2]  # turns: one per key, then the next row
+    slots_t = slots.slots_table(w.table)
+    with db.engine.connect() as conn:
+        held = conn.execute(sa.select(slots_t.c.kind, slots_t.c.claim_token).where(slots_t.c.kind >= 0)).all()
+    tokens = {t.token for t in taken}
+    # every claim holds a slot of each limit under its own token (the first claim's too)
+    assert sorted(Counter(kind for kind, token in held if token in tokens).values()) == [6, 6]

@@ -15,7 +15,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from dbworker.sql import dialects, history, statements, tables
+from dbworker import limits
+from dbworker.sql import dialects, history, slots, statements, tables, taking, turns
 
 DIRECTORY = Path(__file__).parent
 REGENERATE = ".venv/bin/python -m tests.sql.write"
@@ -35,6 +36,9 @@ class Item(Base):
 WORK = tables.work_table("items", Item)
 HISTORY = history.history_table(WORK)
 KEY = tables.source_key(Item)
+# A limited worker's round (``sql.limited``): at most 2 running per priority.
+SLOTS = slots.slots_table(WORK)
+LIMITS = limits.check_limits([limits.Limit(key=Item.priority, concurrency=2)], Item.__table__)
 
 
 def ready_by_priority() -> sa.Select[Any]:
@@ -118,6 +122,13 @@ STATEMENTS: dict[str, Callable[[statements.Prebuilt, dialects.Capabilities], Any
     "step_over_recorded": lambda st, caps: history.recorded(st.step_over, HISTORY) if caps.recorded_writes else None,
     "expired": lambda st, caps: st.expired,
     "top_key": lambda st, caps: statements.top_key(KEY),
+    # A limited round: its candidates from the worker's mark (with their keys' slot rows
+    # where the server can), then its slot writes, claims and mark in one statement.
+    "limited_read": lambda st, caps: turns.read_statement(
+        st, KEY, WORK, statements.eligible_query(None, KEY), LIMITS, caps, from_mark=True, keys=None,
+        rows=turns.prefix_rows(1),
+    ),
+    "limited_round": lambda st, caps: taking.limited_round(WORK, SLOTS, KEY, caps),
     "load_source": lambda st, caps: statements.load_source(Item),
 }
 
