@@ -71,6 +71,8 @@ class Fetcher:
                         taken += self._sweep_round(conn, limit - len(taken))
             except Exception:
                 self._picker.put_back(plan)  # claimed by key once the database is back
+                if self._spans is not None:
+                    self._spans.claim_failed()
                 raise
         seconds = time.perf_counter() - start
         taken_over = [c for c in taken if c.taken_over]

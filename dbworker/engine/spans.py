@@ -73,6 +73,11 @@ class ItemSpans:
                 return False  # decided at the next claim
         return self._folds
 
+    def claim_failed(self) -> None:
+        """A claim failed: whether claims read the trace table is decided again at the next
+        one, so a trace table dropped under a running pod costs its claims one failed round."""
+        self._folds = None
+
     def _has_table(self) -> bool:
         """Whether the trace table exists (on a connection of its own: a claim's must not be
         left in a transaction); raises DBAPIError."""

@@ -143,3 +143,22 @@ def test_without_the_trace_table_claims_do_not_read_it_and_spans_have_no_writers
     spans.end(out[0].token, "finished")
     span = _claim_spans(exporter)[key]
     assert span.parent is None and span.attributes is not None and span.attributes["dbworker.key"] == str(key)
+
+
+def test_a_trace_table_dropped_under_a_running_pod_costs_its_claims_one_failed_round(
+    db: Database, exported: tuple[Any, InMemorySpanExporter]
+) -> None:
+    tracer, _ = exported
+    c = basic.build(db.url)
+    first, second = basic.add_items(db.engine, ["finish", "finish"])
+    spans = ItemSpans(tracer, c.registrations()[0], c.engine)
+    taken, folded = _round(c, spans, keys=[first])
+    assert [t.source_id for t in taken] == [first]
+    with db.engine.begin() as conn:
+        conn.execute(sa.text(f"DROP TABLE {traces.table_name('items')}"))
+    if folded:  # the claim statement read the table: it fails once, then claims without it
+        with pytest.raises(sa.exc.DBAPIError):
+            _round(c, spans, keys=[second])
+        spans.claim_failed()  # what the claim loop does when a claim fails
+    taken, folded = _round(c, spans, keys=[second])
+    assert not folded and [t.source_id for t in taken] == [second]
