@@ -176,16 +176,8 @@ def take(
     if seen is None:
         seen = read(conn, slots, work, kind=kind, keys=[key], per=per)[key]
     back = caps.seconds_value(-per) if per is not None else None
-    held = 0
-    free: list[Seen] = []
-    for row in seen:
-        if row.busy and row.lapsed and _give_back(conn, work, caps, row.holder, row.token):
-            row.busy = row.lapsed = False
-        if row.busy:
-            held += 1
-        elif row.slot < size:
-            free.append(row)
-    if held >= size:
+    free = _free(conn, work, caps, seen, size)
+    if free is None:
         return False
     values = {"source_id": source_id, "claim_token": token, "taken_at": caps.now()}
     present = {row.slot for row in seen}
@@ -233,16 +225,8 @@ def plan(
     Locks: the work rows given back (by key), until the commit.
     """
     caps = dialects.of(conn)
-    held = 0
-    free: list[Seen] = []
-    for row in seen:
-        if row.busy and row.lapsed and _give_back(conn, work, caps, row.holder, row.token):
-            row.busy = row.lapsed = False
-        if row.busy:
-            held += 1
-        elif row.slot < size:
-            free.append(row)
-    if held >= size:
+    free = _free(conn, work, caps, seen, size)
+    if free is None:
         return None
     back = caps.seconds_value(-per) if per is not None else None
     present = {row.slot for row in seen}
@@ -391,6 +375,21 @@ def prune(conn: Connection, slots: sa.Table, work: sa.Table, kinds: Sequence[Kin
                 which = sa.tuple_(s.limit_key, s.slot).in_([tuple(row) for row in rows])
                 deleted += int(conn.execute(sa.delete(slots).where(*where, which)).rowcount)
     return deleted
+
+
+def _free(conn: Connection, work: sa.Table, caps: dialects.Capabilities, seen: list[Seen], size: int) -> list[Seen] | None:
+    """The slots of ``seen`` free to take, below ``size``, after giving back the items whose
+    claim holding one expired; None when ``size`` slots are held."""
+    held = 0
+    free: list[Seen] = []
+    for row in seen:
+        if row.busy and row.lapsed and _give_back(conn, work, caps, row.holder, row.token):
+            row.busy = row.lapsed = False
+        if row.busy:
+            held += 1
+        elif row.slot < size:
+            free.append(row)
+    return None if held >= size else free
 
 
 def _give_back(conn: Connection, work: sa.Table, caps: dialects.Capabilities, source_id: Any, token: str | None) -> bool:

@@ -134,20 +134,7 @@ def one_shot(
         _CLAIM_COLUMNS, _first_rows(table, caps, cid, sa.cast(sa.func.gen_random_uuid(), sa.String()))
     )
     taken = (
-        insert.on_conflict_do_update(
-            index_elements=["source_id"],
-            set_={
-                "execution_status": WORKING,
-                "claim_token": insert.excluded.claim_token,
-                "lease_expires_at": insert.excluded.lease_expires_at,
-                "error": None,
-                "attempts": w.attempts + 1,
-                "not_before": None,
-                "claimed_by": insert.excluded.claimed_by,
-                "changed_at": insert.excluded.changed_at,
-            },
-            where=sa.or_(due(table, caps), sa.and_(w.execution_status == WORKING, lease_over(table, caps))),
-        )
+        _claim_on_conflict(table, caps, insert)
         .returning(w.source_id, w.claim_token, *([] if traces is None else [w.attempts]))
         .cte("dbw_taken")
     )
@@ -278,20 +265,7 @@ def limited_round(table: sa.Table, slots: sa.Table, key: sa.Column[Any], caps: d
     )
     insert = postgresql.insert(table).from_select(_CLAIM_COLUMNS, _first_rows(table, caps, cand.c.sid, cand.c.token))
     taken = (
-        insert.on_conflict_do_update(
-            index_elements=["source_id"],
-            set_={
-                "execution_status": WORKING,
-                "claim_token": insert.excluded.claim_token,
-                "lease_expires_at": insert.excluded.lease_expires_at,
-                "error": None,
-                "attempts": w.attempts + 1,
-                "not_before": None,
-                "claimed_by": insert.excluded.claimed_by,
-                "changed_at": insert.excluded.changed_at,
-            },
-            where=sa.or_(due(table, caps), sa.and_(w.execution_status == WORKING, lease_over(table, caps))),
-        )
+        _claim_on_conflict(table, caps, insert)
         .returning(w.source_id, w.claim_token)
         .cte("dbw_taken")
     )
@@ -313,4 +287,24 @@ def limited_round(table: sa.Table, slots: sa.Table, key: sa.Column[Any], caps: d
         sa.select(taken.c.source_id, taken.c.claim_token, cand.c.dbw_previous)
         .select_from(taken.join(cand, cand.c.sid == taken.c.source_id))
         .add_cte(mark)
+    )
+
+
+def _claim_on_conflict(table: sa.Table, caps: dialects.Capabilities, insert: postgresql.Insert) -> postgresql.Insert:
+    """``insert`` of first claims that, where the record exists, claims it again if it is
+    UNFINISHED and not waiting, or takes it over if its lease is over (PostgreSQL)."""
+    w = table.c
+    return insert.on_conflict_do_update(
+        index_elements=["source_id"],
+        set_={
+            "execution_status": WORKING,
+            "claim_token": insert.excluded.claim_token,
+            "lease_expires_at": insert.excluded.lease_expires_at,
+            "error": None,
+            "attempts": w.attempts + 1,
+            "not_before": None,
+            "claimed_by": insert.excluded.claimed_by,
+            "changed_at": insert.excluded.changed_at,
+        },
+        where=sa.or_(due(table, caps), sa.and_(w.execution_status == WORKING, lease_over(table, caps))),
     )
