@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import multiprocessing
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,10 +21,10 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from dbworker import aiochild, child, messages
+from dbworker import aiochild, child, messages, spawning
 from dbworker.backoff import Backoff
 from dbworker.messages import Outcome
-from dbworker.pool import CONTEXT, Died, Done, Event, State, kill, poll, stop
+from dbworker.pool import Died, Done, Event, State, kill, poll, stop
 from dbworker.sql.items import Claim
 from dbworker.tuning import (
     LOOP_BLOCKED_SECONDS,
@@ -107,11 +108,9 @@ class AsyncPool:
             self._spawn(proc)
 
     def _spawn(self, proc: Proc) -> None:
-        parent_end, child_end = CONTEXT.Pipe(duplex=True)
+        parent_end, child_end = multiprocessing.Pipe(duplex=True)
         config = dataclasses.replace(self._config, capacity=proc.capacity)
-        process = CONTEXT.Process(target=aiochild.main, args=(config, child_end),
-                                   name=f"dbworker-{self._config.worker}-{proc.index}", daemon=False)  # fmt: skip
-        process.start()
+        process = spawning.start(aiochild.main, config, child_end, f"dbworker-{self._config.worker}-{proc.index}")
         child_end.close()
         with self._lock:
             proc.process, proc.conn, proc.state, proc.lag, proc.blocker = process, parent_end, State.STARTING, 0.0, None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import select
 import signal
 import threading
 import time
@@ -95,10 +96,28 @@ def _follow(session: Session, transaction: Any, connection: sa.Connection) -> No
 
 def _watch_parent(parent_pid: int) -> None:
     # An orphaned handler process must not linger: its claim will be taken over elsewhere.
-    while True:
-        time.sleep(PARENT_CHECK_SECONDS)
-        if os.getppid() != parent_pid:
-            os._exit(EXIT_ORPHANED)
+    # The coordinator is not this process's parent (the fork server is; see spawning), so
+    # its pid is watched: on Linux a pidfd that becomes readable when it ends.
+    try:
+        pidfd = os.pidfd_open(parent_pid)
+    except ProcessLookupError:
+        os._exit(EXIT_ORPHANED)
+    except (AttributeError, OSError):  # no pidfd here: look every PARENT_CHECK_SECONDS
+        while _alive(parent_pid):
+            time.sleep(PARENT_CHECK_SECONDS)
+        os._exit(EXIT_ORPHANED)
+    select.select([pidfd], [], [])
+    os._exit(EXIT_ORPHANED)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 class Runner:

@@ -24,13 +24,11 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any, Protocol
 
-from dbworker import child, messages
+from dbworker import child, messages, spawning
 from dbworker.backoff import Backoff
 from dbworker.messages import Outcome
 from dbworker.sql.items import Claim
 from dbworker.tuning import RESPAWN_FIRST_WAIT, RESPAWN_MAX_WAIT
-
-CONTEXT = multiprocessing.get_context("spawn")  # no fork: the coordinator runs threads
 
 
 class State(enum.Enum):
@@ -164,14 +162,8 @@ class Pool:
             self._spawn(slot)
 
     def _spawn(self, slot: Slot) -> None:
-        parent_end, child_end = CONTEXT.Pipe(duplex=True)
-        process = CONTEXT.Process(
-            target=child.main,
-            args=(self._config, child_end),
-            name=f"dbworker-{self._config.worker}-{slot.index}",
-            daemon=False,  # handlers may start processes of their own
-        )
-        process.start()
+        parent_end, child_end = multiprocessing.Pipe(duplex=True)
+        process = spawning.start(child.main, self._config, child_end, f"dbworker-{self._config.worker}-{slot.index}")
         child_end.close()
         with self._lock:
             slot.process, slot.conn = process, parent_end

@@ -71,6 +71,19 @@ def children_of(pid: int) -> list[int]:
     return [int(p) for p in out.stdout.split()]
 
 
+def descendants_of(pid: int) -> list[int]:
+    """Process ids under ``pid``, at any depth: handler processes are forked from a fork
+    server that the coordinator started (dbworker.spawning), not by the coordinator itself."""
+    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True)
+    parent = dict((int(c), int(p)) for c, p in (line.split() for line in out.stdout.splitlines()))
+    found, frontier = [], {pid}
+    while frontier:
+        below = [c for c, p in parent.items() if p in frontier]
+        found += below
+        frontier = set(below)
+    return found
+
+
 @contextlib.contextmanager
 def logging_restored() -> Iterator[None]:
     """Undo what ``dbworker.logs.setup`` does to this process (other tests rely on caplog)."""

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from dbworker import ExecutionStatus
 from dbworker.sql import dialects
 from tests.chaos.conftest import Processes
-from tests.helpers import children_of, wait_until
+from tests.helpers import descendants_of, wait_until
 from tests.integration.conftest import App
 
 LIBFAKETIME = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
@@ -42,7 +42,7 @@ def test_a_host_ahead_does_not_steal_live_claims(app: App, processes: Processes)
     ahead = processes.coordinator(app.db.url, "--concurrency", "1", env=skewed("+120s"))
     [probe] = app.add("finish")  # only the skewed process has a free slot
     app.wait_status([probe], (ExecutionStatus.FINISHED,))
-    assert app.outputs(probe)[0].pid in children_of(ahead.pid)
+    assert app.outputs(probe)[0].pid in descendants_of(ahead.pid)
     state = app.state(held)
     assert state is not None and state["claim_token"] == token
     app.update_item(held, release=True)

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from dbworker import ExecutionStatus
 from tests.apps import basic
 from tests.chaos.conftest import Processes
-from tests.helpers import children_of, kill, pid_alive, wait_until
+from tests.helpers import descendants_of, kill, pid_alive, wait_until
 from tests.integration.conftest import App
 
 
@@ -22,7 +22,7 @@ def test_killed_coordinator_items_are_taken_over_and_committed_once(app: App, pr
     victim = processes.coordinator(app.db.url, "--lease", "2", "--concurrency", "3")
     wait_until(lambda: len(app.started()) == 3, what="three handlers running in the victim")
     handler_pids = {s.pid for s in app.started()}
-    assert handler_pids <= set(children_of(victim.pid))
+    assert handler_pids <= set(descendants_of(victim.pid))
     kill(victim.pid, signal.SIGKILL)
     victim.wait(timeout=30)
     # Orphaned handler processes notice and exit by themselves.

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.helpers import children_of, kill, pid_alive, wait_until
+from tests.helpers import descendants_of, kill, pid_alive, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,7 +62,7 @@ class Fleet:
     def end(self, slot: int, *, graceful: bool) -> Ending:
         """SIGKILL (or SIGTERM) the coordinator in ``slot`` and wait for its handler processes to go."""
         proc = self.procs.pop(slot)
-        pids = frozenset(children_of(proc.pid))
+        pids = frozenset(descendants_of(proc.pid))
         at = time.time()
         kill(proc.pid, signal.SIGTERM if graceful else signal.SIGKILL)
         proc.wait(timeout=90)
@@ -75,7 +75,7 @@ class Fleet:
         """Teardown: SIGKILL what is left and wait for its handler processes to exit."""
         pids = set()
         for proc in self.procs.values():
-            pids.update(children_of(proc.pid))
+            pids.update(descendants_of(proc.pid))
             if proc.poll() is None:
                 proc.kill()
             proc.wait(timeout=30)

@@ -1,0 +1,66 @@
+"""How handler processes start: forked from a fork server that has already imported dbworker.
+
+In a fresh interpreter (multiprocessing's ``spawn``), a handler process imports SQLAlchemy,
+its driver and dbworker first: about 0.5-0.9 s of CPU on a small machine, paid again for each
+process that replaces a crashed one. multiprocessing's fork server imports them once
+(``forkserver_main``), then forks each process from itself, which is ready in milliseconds and
+shares those pages. The server is a single-threaded process of its own, so forking it is safe
+while the coordinator runs threads.
+
+Each process then starts as ``spawn`` starts it: multiprocessing hands it the coordinator's
+``sys.path``, working directory and main module as they are now, and ``_boot`` the environment
+as it is now (the server's own is the one of its start), before the application's handler
+module is imported. Where there is no fork server (Windows), processes are spawned.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from multiprocessing.context import ForkServerContext, SpawnContext
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+# Never fork the coordinator itself: it runs threads.
+CONTEXT: ForkServerContext | SpawnContext = (
+    multiprocessing.get_context("forkserver")
+    if "forkserver" in multiprocessing.get_all_start_methods()
+    else multiprocessing.get_context("spawn")
+)
+PRELOAD = ["dbworker.forkserver_main"]
+
+_preload_lock = threading.Lock()
+_preloaded = False
+
+
+def start(target: Callable[[Any, Connection], None], config: Any, conn: Connection, name: str) -> BaseProcess:
+    """Start ``target(config, conn)`` in a new handler process (not a daemon: handlers may
+    start processes of their own)."""
+    if isinstance(CONTEXT, ForkServerContext):
+        _preload(CONTEXT)
+    payload = pickle.dumps((target, config))  # unpickled by _boot, after the environment is set
+    process: BaseProcess = CONTEXT.Process(target=_boot, args=(dict(os.environ), payload, conn), name=name, daemon=False)
+    process.start()
+    return process
+
+
+def _preload(context: ForkServerContext) -> None:
+    # Set before the server's first start (it starts with the first process); an application
+    # that uses the fork server itself shares it and gets dbworker's imports in it.
+    global _preloaded
+    with _preload_lock:
+        if not _preloaded:
+            context.set_forkserver_preload(PRELOAD)
+            _preloaded = True
+
+
+def _boot(environ: dict[str, str], payload: bytes, conn: Connection) -> None:
+    if os.environ != environ:
+        os.environ.clear()
+        os.environ.update(environ)
+    target, config = pickle.loads(payload)
+    target(config, conn)
