@@ -25,6 +25,7 @@ from dbworker import aiochild, child, messages, spawning
 from dbworker.backoff import Backoff
 from dbworker.messages import Outcome
 from dbworker.pool import Died, Done, Event, State, kill, poll, stop
+from dbworker.sql import drivers
 from dbworker.sql.items import Claim
 from dbworker.tuning import (
     LOOP_BLOCKED_SECONDS,
@@ -110,7 +111,8 @@ class AsyncPool:
     def _spawn(self, proc: Proc) -> None:
         parent_end, child_end = multiprocessing.Pipe(duplex=True)
         config = dataclasses.replace(self._config, capacity=proc.capacity)
-        process = spawning.start(aiochild.main, config, child_end, f"dbworker-{self._config.worker}-{proc.index}")
+        name, url = f"dbworker-{self._config.worker}-{proc.index}", drivers.async_url(config.database_url)
+        process = spawning.start(aiochild.main, config, child_end, name, database_url=url)
         child_end.close()
         with self._lock:
             proc.process, proc.conn, proc.state, proc.lag, proc.blocker = process, parent_end, State.STARTING, 0.0, None

@@ -163,7 +163,8 @@ class Pool:
 
     def _spawn(self, slot: Slot) -> None:
         parent_end, child_end = multiprocessing.Pipe(duplex=True)
-        process = spawning.start(child.main, self._config, child_end, f"dbworker-{self._config.worker}-{slot.index}")
+        name = f"dbworker-{self._config.worker}-{slot.index}"
+        process = spawning.start(child.main, self._config, child_end, name, database_url=self._config.database_url)
         child_end.close()
         with self._lock:
             slot.process, slot.conn = process, parent_end
