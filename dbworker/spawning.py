@@ -10,11 +10,13 @@ while the coordinator runs threads.
 Each process then starts as ``spawn`` starts it: multiprocessing hands it the coordinator's
 ``sys.path``, working directory and main module as they are now, and ``_boot`` the environment
 as it is now (the server's own is the one of its start), before the application's handler
-module is imported. Where there is no fork server (Windows), processes are spawned.
+module is imported. Where there is no fork server (Windows), or it cannot start, processes
+are spawned.
 """
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import pickle
@@ -22,32 +24,53 @@ import threading
 import types
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from multiprocessing.context import ForkServerContext, SpawnContext
+from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
 from typing import Any
 
 import sqlalchemy as sa
 
 # Never fork the coordinator itself: it runs threads.
-METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-CONTEXT: ForkServerContext | SpawnContext = (
-    multiprocessing.get_context("forkserver") if METHOD == "forkserver" else multiprocessing.get_context("spawn")
+SPAWN = multiprocessing.get_context("spawn")
+FORKSERVER: ForkServerContext | None = (
+    multiprocessing.get_context("forkserver") if "forkserver" in multiprocessing.get_all_start_methods() else None
 )
 PRELOAD = ["dbworker.forkserver_main"]
 
-_preload_lock = threading.Lock()
+log = logging.getLogger("dbworker")
+_lock = threading.Lock()
 _preloaded = False
+_use_forkserver = FORKSERVER is not None
+
+
+def method() -> str:
+    """How the next handler process starts: "forkserver", or "spawn" where there is none."""
+    return "forkserver" if _use_forkserver else "spawn"
 
 
 def start(
     target: Callable[[Any, Connection], None], config: Any, conn: Connection, name: str, *, database_url: str | sa.URL
 ) -> BaseProcess:
     """Start ``target(config, conn)`` in a new handler process (not a daemon: handlers may
-    start processes of their own); ``database_url``'s driver is one the server imports."""
-    if isinstance(CONTEXT, ForkServerContext):
-        _preload(CONTEXT, database_url)
+    start processes of their own); ``database_url``'s driver is one the server imports.
+
+    The fork server listens on a socket in the temporary directory: where it cannot start
+    (a read-only file system with no writable /tmp), processes are spawned, as said once
+    in the log.
+    """
+    global _use_forkserver
     payload = pickle.dumps((target, config))  # unpickled by _boot, after the environment is set
-    process: BaseProcess = CONTEXT.Process(target=_boot, args=(dict(os.environ), payload, conn), name=name, daemon=False)
+    args = (dict(os.environ), payload, conn)
+    if _use_forkserver and FORKSERVER is not None:
+        _preload(FORKSERVER, database_url)
+        process: BaseProcess = FORKSERVER.Process(target=_boot, args=args, name=name, daemon=False)
+        try:
+            process.start()
+            return process
+        except OSError as exc:
+            log.warning("dbworker: handler processes are spawned (the fork server could not start: %s)", exc)
+            _use_forkserver = False
+    process = SPAWN.Process(target=_boot, args=args, name=name, daemon=False)
     process.start()
     return process
 
@@ -57,7 +80,7 @@ def _preload(context: ForkServerContext, database_url: str | sa.URL) -> None:
     # of the first worker's database; an application that uses the fork server itself shares
     # it and gets dbworker's imports in it.
     global _preloaded
-    with _preload_lock:
+    with _lock:
         if not _preloaded:
             context.set_forkserver_preload(PRELOAD + driver_modules(database_url))
             _preloaded = True
