@@ -61,8 +61,22 @@ def first(table: sa.Table, caps: dialects.Capabilities) -> Any:
     waits for this transaction, then inserts nothing. On a record that exists, PostgreSQL's
     ON CONFLICT DO NOTHING takes no lock, MySQL/MariaDB's INSERT IGNORE a shared one.
     SQLite: the database's write lock until the commit.
+
+    On PostgreSQL it inserts only where no record is visible when it runs (``_unrecorded``):
+    a candidate read that ran before another claim of the item committed still holds the
+    item's source row, and ON CONFLICT would wait on a transaction writing that record (its
+    handler's outcome, whose history row's foreign key check waits on that source row).
     """
+    if caps.name == "postgresql":
+        rows = _unrecorded(table, _first_rows(table, caps, sid(table), token(table)), sid(table))
+        insert = postgresql.insert(table).from_select(_CLAIM_COLUMNS, rows)
+        return insert.on_conflict_do_nothing(index_elements=["source_id"]).returning(table.c.source_id)
     return caps.insert_ignoring_duplicate(table, "source_id").values(source_id=sid(table), **_taking(table, caps, first=True))
+
+
+def _unrecorded(table: sa.Table, rows: sa.Select[Any], source_id: Any) -> sa.Select[Any]:
+    """``rows`` of first claims where ``source_id`` has no record (in the statement's snapshot)."""
+    return rows.where(~sa.exists().where(table.c.source_id == source_id))
 
 
 def first_many(table: sa.Table, caps: dialects.Capabilities) -> Any:
@@ -71,16 +85,17 @@ def first_many(table: sa.Table, caps: dialects.Capabilities) -> Any:
 
     Returns the keys inserted. Locks: the new work rows until the commit; keys that already
     have a record are skipped without a lock (ON CONFLICT DO NOTHING), after waiting for a
-    concurrent insert of the same key to end.
+    concurrent insert of the same key to end; keys with a committed record are left out
+    before (``first``).
     """
     if not caps.first_claims_at_once:
         return None
     w = table.c
-    rows = _first_rows(
-        table, caps,
-        sa.func.unnest(sa.bindparam("dbw_sids", type_=postgresql.ARRAY(w.source_id.type))),
-        sa.func.unnest(sa.bindparam("dbw_tokens", type_=postgresql.ARRAY(sa.String()))),
-    )  # fmt: skip
+    new = sa.select(
+        sa.func.unnest(sa.bindparam("dbw_sids", type_=postgresql.ARRAY(w.source_id.type))).label("sid"),
+        sa.func.unnest(sa.bindparam("dbw_tokens", type_=postgresql.ARRAY(sa.String()))).label("token"),
+    ).subquery("dbw_new")
+    rows = _unrecorded(table, _first_rows(table, caps, new.c.sid, new.c.token), new.c.sid)  # see ``first``
     return (
         postgresql.insert(table)
         .from_select(_CLAIM_COLUMNS, rows)

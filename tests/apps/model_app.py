@@ -122,7 +122,10 @@ def beta_jobs() -> sa.Select[Any]:
 
 def build(url: str, **settings: Any) -> Coordinator:
     """A coordinator on ``url`` with both workers registered (tables not created)."""
-    engine = sa.create_engine(url, pool_pre_ping=True)
+    # On SQLite the application waits up to 30 s for the write lock (sqlite3's default is
+    # 5 s): two pods, their handler processes and the driver all write to one file.
+    options = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
+    engine = sa.create_engine(url, pool_pre_ping=True, **options)
     coordinator = Coordinator(sessionmaker(engine), database_url=url, **settings)
     coordinator.transactional_worker(name="alpha", source=Job, eligible=alpha_jobs, concurrency=2)(run_alpha)
     coordinator.transactional_worker(name="beta", source=Job, eligible=beta_jobs, concurrency=1)(run_beta)

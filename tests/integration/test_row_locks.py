@@ -6,6 +6,7 @@ order shows as a deadlock, a lock held too wide as a wait for a lock wait timeou
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from typing import Any
 
@@ -14,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from dbworker import ExecutionStatus
-from dbworker.sql import claims, dialects, items
+from dbworker.sql import candidates, claims, dialects, history, items
 from tests.apps import basic
 from tests.helpers import wait_until
 from tests.integration.conftest import App
@@ -37,7 +38,8 @@ def _waits_on_a_lock(engine: sa.Engine, backend: str, session_id: int) -> bool:
 
 
 def test_cancel_of_a_never_claimed_item_meets_its_first_claim_and_cancels_it(app: App) -> None:
-    # The claim holds the item's source row (its candidate lock) when the application cancels
+    # The claim holds the item's source row (its candidate lock on MariaDB; on PostgreSQL
+    # claims take FOR NO KEY UPDATE, and this is FOR UPDATE) when the application cancels
     # the item in its own transaction (MariaDB: REPEATABLE READ), then writes the item's first
     # record. The cancel waits for the claim, then cancels that claim; neither deadlocks.
     if app.db.backend == "sqlite":
@@ -96,3 +98,53 @@ def test_a_handler_transaction_recording_its_outcome_does_not_hold_up_claims_of_
         handler.commit()
     assert app.status(running) is ExecutionStatus.FINISHED
     assert app.status(other) is ExecutionStatus.WORKING
+
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgresql", "pgbouncer", pytest.param("mariadb", marks=pytest.mark.xfail(
+    strict=True, reason="InnoDB: the claim's INSERT IGNORE waits on the handler's record, whose history row's "
+    "foreign key check waits on the claim's lock of the source row (a deadlock)"))], indirect=True)  # fmt: skip
+def test_a_claim_that_raced_an_items_claim_does_not_hold_up_its_handlers_outcome(app: App) -> None:
+    # A claim whose candidate read ran before the item's claim committed locked the item's
+    # source row after that commit. The item's handler then records its outcome and history:
+    # the history row's foreign key check waits for the claim's lock on the source row. The
+    # claim's write must then see the record and take nothing without waiting on the handler
+    # (PostgreSQL's ON CONFLICT waited: a deadlock, seen in the schedules test).
+    if app.db.backend == "sqlite":
+        pytest.skip("SQLite claims take no row locks")
+    c = app.coordinator()
+    [i] = app.add("finish")
+    table = c.workers["items"].table
+    with dialects.connect(app.db.engine) as conn:
+        claim = claims.take(conn, table, i, caps=dialects.of(conn), lease_seconds=30)
+        conn.commit()
+    assert claim is not None
+    outcome: dict[str, Any] = {}
+    session_id: list[int] = []
+
+    def handler() -> None:
+        try:
+            with Session(app.db.engine) as s:
+                session_id.append(_own_id(s, app.db.backend))
+                started = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+                attempt = history.Attempt(table=history.history_table(table), started_at=started, claimed_by="test:1")
+                outcome["recorded"] = items.Completer(table)(s.connection(), claim, ExecutionStatus.FINISHED, attempt)
+                s.commit()
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            outcome["error"] = exc
+
+    with dialects.connect(app.db.engine) as claimer:
+        caps = dialects.of(claimer)
+        read = candidates.lock(caps, basic.Item.id, sa.select(basic.Item.id).where(basic.Item.id == i))
+        assert claimer.execute(read).scalars().all() == [i]  # the source row, locked as claims lock it
+        thread = threading.Thread(target=handler)
+        thread.start()
+        wait_until(lambda: (session_id and _waits_on_a_lock(app.db.engine, app.db.backend, session_id[0]))
+                   or not thread.is_alive(), what="the handler's commit to wait for the claim's lock")  # fmt: skip
+        timeout = "SET lock_timeout = '5s'" if app.db.backend == "postgresql" else "SET innodb_lock_wait_timeout = 5"
+        claimer.execute(sa.text(timeout))
+        assert claims.take(claimer, table, i, caps=caps, lease_seconds=30) is None  # the item has its claim
+        claimer.commit()
+    thread.join(timeout=60)
+    assert outcome == {"recorded": True}, outcome
+    assert app.status(i) is ExecutionStatus.FINISHED
