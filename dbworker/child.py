@@ -10,7 +10,6 @@ from __future__ import annotations
 import collections
 import logging
 import os
-import select
 import signal
 import threading
 import time
@@ -23,7 +22,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import SingletonThreadPool, StaticPool
 
-from dbworker import attemptlogs, logs, messages, progress, redact, tracing
+from dbworker import attemptlogs, logs, messages, orphans, progress, redact, tracing
 from dbworker.contract import (
     AsyncHandler,
     ExecutionStatus,
@@ -36,9 +35,7 @@ from dbworker.messages import DELETED, FINISHED, LOST, RETRY, UNFINISHED, Outcom
 from dbworker.retries import Retry
 from dbworker.sql import claimer, dialects, history, items, statements, tables, transactions
 from dbworker.sql import progress as stored_progress
-from dbworker.tuning import PARENT_CHECK_SECONDS
 
-EXIT_ORPHANED = 3  # the coordinator died; the work is left for another to take over
 MAY_COMMIT = "dbworker.may_commit"
 _ENDS = "dbworker.ends"  # the session's transactions.EndWatch
 
@@ -92,32 +89,6 @@ def _follow(session: Session, transaction: Any, connection: sa.Connection) -> No
     watch = session.info.get(_ENDS)
     if watch is not None:
         watch.follow(connection)
-
-
-def _watch_parent(parent_pid: int) -> None:
-    # An orphaned handler process must not linger: its claim will be taken over elsewhere.
-    # The coordinator is not this process's parent (the fork server is; see spawning), so
-    # its pid is watched: on Linux a pidfd that becomes readable when it ends.
-    try:
-        pidfd = os.pidfd_open(parent_pid)
-    except ProcessLookupError:
-        os._exit(EXIT_ORPHANED)
-    except (AttributeError, OSError):  # no pidfd here: look every PARENT_CHECK_SECONDS
-        while _alive(parent_pid):
-            time.sleep(PARENT_CHECK_SECONDS)
-        os._exit(EXIT_ORPHANED)
-    select.select([pidfd], [], [])
-    os._exit(EXIT_ORPHANED)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
 
 
 class Runner:
@@ -371,7 +342,7 @@ def prepare_process(config: ChildConfig) -> None:
         os.setpgid(0, 0)  # a terminal's Ctrl-C goes to the foreground group, not to us
     except OSError:
         pass
-    threading.Thread(target=_watch_parent, args=(config.parent_pid,), daemon=True).start()
+    orphans.watch(config.parent_pid)
     if config.tracing:  # the coordinator traces: so do we, exporting as the OTEL_* environment says
         tracing.tracer(env={**os.environ, "OTEL_TRACES_EXPORTER": os.environ.get("OTEL_TRACES_EXPORTER") or "otlp"})
     if config.log is not None:
