@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -37,9 +38,36 @@ def _waits_on_a_lock(engine: sa.Engine, backend: str, session_id: int) -> bool:
         return bool(conn.execute(sa.text(query), {"id": session_id}).scalar())
 
 
+def _lock_timeout_5_s(conn: Any, backend: str) -> None:
+    """A lock wait of ``conn`` fails after 5 s (a lock held too wide shows as that error)."""
+    timeout = "SET lock_timeout = '5s'" if backend == "postgresql" else "SET innodb_lock_wait_timeout = 5"
+    conn.execute(sa.text(timeout))
+
+
+def _run_until_it_waits(app: App, work: Callable[[Session], Any], *, what: str) -> tuple[threading.Thread, dict[str, Any]]:
+    """``work(session)`` then a commit, in a thread and a session of their own, started and
+    waited for until that session waits for a row lock (or the thread ended). The returned
+    dict gets ``work``'s result as "result", or its exception as "error"."""
+    outcome: dict[str, Any] = {}
+    session_id: list[int] = []
+
+    def run() -> None:
+        try:
+            with Session(app.db.engine) as s:
+                session_id.append(_own_id(s, app.db.backend))
+                outcome["result"] = work(s)
+                s.commit()
+        except Exception as exc:  # noqa: BLE001 - reported by the caller's assertion
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    wait_until(lambda: (session_id and _waits_on_a_lock(app.db.engine, app.db.backend, session_id[0]))
+               or not thread.is_alive(), what=what)  # fmt: skip
+    return thread, outcome
+
 def test_cancel_of_a_never_claimed_item_meets_its_first_claim_and_cancels_it(app: App) -> None:
-    # The claim holds the item's source row (its candidate lock on MariaDB; on PostgreSQL
-    # claims take FOR NO KEY UPDATE, and this is FOR UPDATE) when the application cancels
+    # The claim holds the item's source row (its candidate lock) when the application cancels
     # the item in its own transaction (MariaDB: REPEATABLE READ), then writes the item's first
     # record. The cancel waits for the claim, then cancels that claim; neither deadlocks.
     if app.db.backend == "sqlite":
@@ -47,29 +75,15 @@ def test_cancel_of_a_never_claimed_item_meets_its_first_claim_and_cancels_it(app
     c = app.coordinator()
     [i] = app.add("finish")
     view = c.workers["items"]
-    outcome: dict[str, Any] = {}
-    session_id: list[int] = []
-
-    def cancel() -> None:
-        try:
-            with Session(app.db.engine) as s:
-                session_id.append(_own_id(s, app.db.backend))
-                outcome["cancelled"] = view.cancel(s, i)
-                s.commit()
-        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
-            outcome["error"] = exc
-
     with dialects.connect(app.db.engine) as conn:
         conn.execute(sa.select(basic.Item.id).where(basic.Item.id == i).with_for_update())
-        canceller = threading.Thread(target=cancel)
-        canceller.start()
-        wait_until(lambda: (session_id and _waits_on_a_lock(app.db.engine, app.db.backend, session_id[0]))
-                   or not canceller.is_alive(), what="the cancel to wait for the claim's lock")  # fmt: skip
+        canceller, outcome = _run_until_it_waits(app, lambda s: view.cancel(s, i),
+                                                 what="the cancel to wait for the claim's lock")  # fmt: skip
         claim = claims.take(conn, view.table, i, caps=dialects.of(conn), lease_seconds=30)
         conn.commit()
     canceller.join(timeout=60)
     assert claim is not None and "error" not in outcome, outcome
-    assert outcome["cancelled"] is True
+    assert outcome["result"] is True
     state = app.state(i)
     assert state is not None and state["execution_status"] is ExecutionStatus.FAILED
     assert state["error"] == "cancelled"
@@ -91,8 +105,7 @@ def test_a_handler_transaction_recording_its_outcome_does_not_hold_up_claims_of_
     with Session(app.db.engine) as handler:
         assert items.finish(handler.connection(), table, claim)
         with dialects.connect(app.db.engine) as conn:
-            timeout = "SET lock_timeout = '5s'" if app.db.backend == "postgresql" else "SET innodb_lock_wait_timeout = 5"
-            conn.execute(sa.text(timeout))
+            _lock_timeout_5_s(conn, app.db.backend)
             assert claims.take(conn, table, other, caps=dialects.of(conn), lease_seconds=30) is not None
             conn.commit()
         handler.commit()
@@ -119,32 +132,21 @@ def test_a_claim_that_raced_an_items_claim_does_not_hold_up_its_handlers_outcome
         claim = claims.take(conn, table, i, caps=dialects.of(conn), lease_seconds=30)
         conn.commit()
     assert claim is not None
-    outcome: dict[str, Any] = {}
-    session_id: list[int] = []
 
-    def handler() -> None:
-        try:
-            with Session(app.db.engine) as s:
-                session_id.append(_own_id(s, app.db.backend))
-                started = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-                attempt = history.Attempt(table=history.history_table(table), started_at=started, claimed_by="test:1")
-                outcome["recorded"] = items.Completer(table)(s.connection(), claim, ExecutionStatus.FINISHED, attempt)
-                s.commit()
-        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
-            outcome["error"] = exc
+    def record_outcome(s: Session) -> bool:
+        started = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        attempt = history.Attempt(table=history.history_table(table), started_at=started, claimed_by="test:1")
+        return items.Completer(table)(s.connection(), claim, ExecutionStatus.FINISHED, attempt)
 
     with dialects.connect(app.db.engine) as claimer:
         caps = dialects.of(claimer)
         read = candidates.lock(caps, basic.Item.id, sa.select(basic.Item.id).where(basic.Item.id == i))
         assert claimer.execute(read).scalars().all() == [i]  # the source row, locked as claims lock it
-        thread = threading.Thread(target=handler)
-        thread.start()
-        wait_until(lambda: (session_id and _waits_on_a_lock(app.db.engine, app.db.backend, session_id[0]))
-                   or not thread.is_alive(), what="the handler's commit to wait for the claim's lock")  # fmt: skip
-        timeout = "SET lock_timeout = '5s'" if app.db.backend == "postgresql" else "SET innodb_lock_wait_timeout = 5"
-        claimer.execute(sa.text(timeout))
+        handler, outcome = _run_until_it_waits(app, record_outcome,
+                                               what="the handler's commit to wait for the claim's lock")  # fmt: skip
+        _lock_timeout_5_s(claimer, app.db.backend)
         assert claims.take(claimer, table, i, caps=caps, lease_seconds=30) is None  # the item has its claim
         claimer.commit()
-    thread.join(timeout=60)
-    assert outcome == {"recorded": True}, outcome
+    handler.join(timeout=60)
+    assert outcome == {"result": True}, outcome
     assert app.status(i) is ExecutionStatus.FINISHED
