@@ -62,21 +62,22 @@ def first(table: sa.Table, caps: dialects.Capabilities) -> Any:
     ON CONFLICT DO NOTHING takes no lock, MySQL/MariaDB's INSERT IGNORE a shared one.
     SQLite: the database's write lock until the commit.
 
-    On PostgreSQL it inserts only where no record is visible when it runs (``_unrecorded``):
+    On PostgreSQL it inserts only where no record is visible when it runs (``_insert_unrecorded``):
     a candidate read that ran before another claim of the item committed still holds the
     item's source row, and ON CONFLICT would wait on a transaction writing that record (its
     handler's outcome, whose history row's foreign key check waits on that source row).
     """
     if caps.name == "postgresql":
-        rows = _unrecorded(table, _first_rows(table, caps, sid(table), token(table)), sid(table))
-        insert = postgresql.insert(table).from_select(_CLAIM_COLUMNS, rows)
-        return insert.on_conflict_do_nothing(index_elements=["source_id"]).returning(table.c.source_id)
+        return _insert_unrecorded(table, _first_rows(table, caps, sid(table), token(table)), sid(table))
     return caps.insert_ignoring_duplicate(table, "source_id").values(source_id=sid(table), **_taking(table, caps, first=True))
 
 
-def _unrecorded(table: sa.Table, rows: sa.Select[Any], source_id: Any) -> sa.Select[Any]:
-    """``rows`` of first claims where ``source_id`` has no record (in the statement's snapshot)."""
-    return rows.where(~sa.exists().where(table.c.source_id == source_id))
+def _insert_unrecorded(table: sa.Table, rows: sa.Select[Any], source_id: Any) -> Any:
+    """PostgreSQL's INSERT of first claims ``rows`` where ``source_id`` has no record (in the
+    statement's snapshot; ON CONFLICT DO NOTHING for one inserted meanwhile); returns the keys."""
+    unrecorded = rows.where(~sa.exists().where(table.c.source_id == source_id))
+    insert = postgresql.insert(table).from_select(_CLAIM_COLUMNS, unrecorded)
+    return insert.on_conflict_do_nothing(index_elements=["source_id"]).returning(table.c.source_id)
 
 
 def first_many(table: sa.Table, caps: dialects.Capabilities) -> Any:
@@ -95,13 +96,7 @@ def first_many(table: sa.Table, caps: dialects.Capabilities) -> Any:
         sa.func.unnest(sa.bindparam("dbw_sids", type_=postgresql.ARRAY(w.source_id.type))).label("sid"),
         sa.func.unnest(sa.bindparam("dbw_tokens", type_=postgresql.ARRAY(sa.String()))).label("token"),
     ).subquery("dbw_new")
-    rows = _unrecorded(table, _first_rows(table, caps, new.c.sid, new.c.token), new.c.sid)  # see ``first``
-    return (
-        postgresql.insert(table)
-        .from_select(_CLAIM_COLUMNS, rows)
-        .on_conflict_do_nothing(index_elements=["source_id"])
-        .returning(w.source_id)
-    )
+    return _insert_unrecorded(table, _first_rows(table, caps, new.c.sid, new.c.token), new.c.sid)  # see ``first``
 
 
 def one_shot(
