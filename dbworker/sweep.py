@@ -19,7 +19,13 @@ from typing import Any
 
 from dbworker.sql import notify, sweeps
 from dbworker.sql.claims import Round
-from dbworker.tuning import FED_WRAP_POLLS, FED_WRAP_SPACING, RECENT_ENDED, WRAP_SPACING
+from dbworker.tuning import (
+    COLD_WRAP_SPACING_MAX,
+    FED_WRAP_POLLS,
+    FED_WRAP_SPACING,
+    RECENT_ENDED,
+    WRAP_SPACING,
+)
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,8 @@ class Sweep:
         # any wake-up off PostgreSQL): what changed may lie behind the cursor.
         self._unnamed = False
         self._wrap_allowed_at = 0.0  # ... when such a wake-up may wrap (see WRAP_SPACING)
+        self._cold = True  # no wrap ran yet (see ``wrapped``)
+        self._wrap_times: collections.deque[float] = collections.deque(maxlen=3)  # the last warm ones'
         self.wrap_owed = False  # ... one could not have it yet: due at wrap_allowed_at
         self._ended: collections.deque[Any] = collections.deque(maxlen=RECENT_ENDED)
         self._ended_set: set[Any] = set()
@@ -271,7 +279,17 @@ class Sweep:
     def wrapped(self, *, started: float, now: float) -> None:
         """A round from the first row ran from ``started`` to ``now``: space the next wrap."""
         took = now - started
-        self._wrap_allowed_at = now + WRAP_SPACING * took
+        # What spaces wake-ups' wraps is a wrap's cost, and load only makes a wrap slower:
+        # the cheapest of the last few. A loop's first wrap is cold (its connection's first
+        # statements, the claim's first compile; through a pooler, a new server connection):
+        # under load it can take a hundred times a warm one's time, so the wrap after it
+        # waits at most COLD_WRAP_SPACING_MAX, and its own time spaces the ones after it.
+        if self._cold:
+            self._cold = False
+            self._wrap_allowed_at = now + min(WRAP_SPACING * took, COLD_WRAP_SPACING_MAX)
+        else:
+            self._wrap_times.append(took)
+            self._wrap_allowed_at = now + WRAP_SPACING * min(self._wrap_times)
         self.wrap_owed = False
         self._started = True
         self._spacing = max((FED_WRAP_SPACING if self.fed else WRAP_SPACING) * took, self.least_spacing)

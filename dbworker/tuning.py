@@ -128,9 +128,13 @@ PREFETCH_MAX_PER_SLOT = 16
 ASYNC_CLAIM_BATCH_DIVISOR = 10
 ASYNC_CLAIM_BATCH_BELOW_SECONDS = 2.0
 # A sweep from the start (a wrap) walks the finished history once: the next one waits at
-# least this many times as long as the last took, so wraps cost at most about 1% of the
-# time whatever the history (100,000 finished items: ~0.1 s on PostgreSQL here).
+# least this many times as long as the last took (a wake-up's: as the cheapest of the last
+# three), so wraps cost at most about 1% of the time whatever the history (100,000
+# finished items: ~0.1 s on PostgreSQL here).
 WRAP_SPACING = 100
+# ... but a loop's first wrap is cold (a new connection, the claim's first compile) and can
+# take many times a warm one's time under load: a wake-up's wrap waits at most this after it.
+COLD_WRAP_SPACING_MAX = 5.0
 # With wake-up triggers on the source every write to it names its rows, so a periodic wrap
 # only finds rows made claimable by something else (another table its eligible query
 # reads, the clock): it waits this many times as long as the last took, and at least

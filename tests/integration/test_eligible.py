@@ -372,7 +372,8 @@ def test_wake_ups_that_name_no_row_wrap_only_as_often_as_a_wrap_costs(
     app: App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A wake-up that names no row and finds nothing past the cursor looks behind it (the
-    # tests above), but a wrap that took 0.3 s (a long history) allows the next in 30 s only.
+    # tests above), but a wrap that took 0.3 s (a long history) allows the next in 30 s only
+    # (after a loop's first wrap, which is cold, in tuning.COLD_WRAP_SPACING_MAX: 5 s).
     rounds = Rounds(monkeypatch, slow_from_start=0.3)
     c = app.coordinator(eligible=_ready_in_no_order, poll_seconds=120, max_poll_seconds=120)
     app.add("finish", ready=False)

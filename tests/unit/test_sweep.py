@@ -212,6 +212,8 @@ def test_an_item_without_a_text_form_makes_the_next_claim_wrap() -> None:
 
 def test_an_unnamed_wake_up_wraps_at_once_or_owes_a_wrap_for_when_its_cost_allows() -> None:
     s = Sweep(keys_as_text=True, max_poll_seconds=120)
+    s.wrapped(started=-1.0, now=-0.99)  # the loop's first, cold (see the test below)
+    s.cursor = None
     swept(s, now=0.0, last_key=50, seconds=0.3)  # the next wrap is allowed from 30.3 s
     s.wake()
     assert s.take_named() == ([], True)
@@ -224,6 +226,38 @@ def test_an_unnamed_wake_up_wraps_at_once_or_owes_a_wrap_for_when_its_cost_allow
     assert not s.wrap_owed
     s.advance(50)
     assert s.behind(40.0) is True and s.wrapping  # 100 x 0.01 s passed: wrap now
+
+
+def test_a_loops_first_wrap_is_cold_and_holds_back_a_wake_ups_wrap_a_few_seconds_at_most() -> None:
+    """Its time (a new connection, the claim's first compile; seconds under load) is no
+    measure of a wrap's cost: the next wrap waits at most COLD_WRAP_SPACING_MAX, and that
+    wrap's time spaces the ones after it."""
+    s = Sweep(keys_as_text=True, max_poll_seconds=120)
+    swept(s, now=0.0, last_key=50, seconds=0.6)  # 100 x 0.6 s would hold a bulk update a minute
+    s.wake()
+    assert s.take_named() == ([], True)
+    assert s.behind(1.0) is False and s.wrap_owed
+    assert s.next_claim(100.0) == pytest.approx(0.6 + tuning.COLD_WRAP_SPACING_MAX)
+    begin(s, 5.7)
+    assert s.wrapping
+    s.wrapped(started=5.7, now=5.71)
+    s.advance(50)
+    s.wake()
+    assert s.take_named() == ([], True)
+    assert s.behind(6.0) is False and s.wrap_owed  # from now on 100 x a warm wrap's time
+    assert s.next_claim(100.0) == pytest.approx(5.71 + tuning.WRAP_SPACING * 0.01)
+
+
+def test_a_wrap_slowed_by_load_does_not_hold_back_a_wake_ups_wrap() -> None:
+    """The cheapest of the last three warm wraps spaces wake-ups' wraps: load only slows a wrap."""
+    s = Sweep(keys_as_text=True, max_poll_seconds=120)
+    s.wrapped(started=0.0, now=0.5)  # cold
+    s.wrapped(started=1.0, now=1.01)
+    s.wrapped(started=3.0, now=3.6)  # a busy moment
+    assert s.behind(3.6 + tuning.WRAP_SPACING * 0.01 + 0.01) is True
+    for start in (10.0, 20.0):
+        s.wrapped(started=start, now=start + 0.6)
+    assert s.behind(20.6 + tuning.WRAP_SPACING * 0.01 + 0.01) is False  # three slow ones: its cost now
 
 
 def test_expired_claims_are_looked_up_between_wraps_every_max_poll() -> None:
