@@ -226,8 +226,9 @@ def _take_candidates(
             taken += first
             won = {c.source_id for c in first}
             rest = [i for i in candidates if i not in won]
+        seen = items.recorded(conn, st, rest)
         for source_id in rest:
-            result = items.claim(conn, st, source_id, lease)
+            result = items.claim(conn, st, source_id, lease, seen=seen)
             if result is not None:
                 taken.append(result)
     order = {source_id: n for n, source_id in enumerate(candidates)}

@@ -72,6 +72,17 @@ class Capabilities:
         return self.name == "postgresql" and self.gen_random_uuid
 
     @property
+    def reads_records_first(self) -> bool:
+        """A claim reads its candidates' records (without locks) and writes only what can win
+        (MySQL/MariaDB). There an UPDATE or INSERT IGNORE of a record another transaction
+        holds waits for it even when the committed row cannot match; PostgreSQL checks its
+        snapshot first. A claim holds its candidates' source rows, and a handler recording
+        its outcome (the history row's foreign key check) waits on the item's source row: a
+        claim that raced the item's claim and then waited on that handler's record would be
+        a deadlock."""
+        return self.name in ("mysql", "mariadb")
+
+    @property
     def recorded_writes(self) -> bool:
         """A fenced UPDATE's RETURNING can feed an INSERT in one statement (a data-modifying
         CTE: PostgreSQL), so a handler's outcome and its history row are one round trip."""

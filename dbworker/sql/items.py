@@ -65,16 +65,51 @@ class Claim:
 # --- claim, take_over ----------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """Candidates' records as committed (``caps.reads_records_first``): the keys that have
+    one, and of those the ones ``again`` and ``over`` can take."""
+
+    present: frozenset[Any]
+    again: frozenset[Any]
+    over: frozenset[Any]
+
+
+def recorded(conn: Connection, st: statements.Prebuilt, source_ids: Sequence[Any]) -> Recorded | None:
+    """What ``claim`` needs to write only what can win, where the server needs it (else None):
+    one read of the candidates' records, without locks."""
+    if st.recorded is None or not source_ids:
+        return None
+    rows = conn.execute(st.recorded, {"dbw_sids": list(source_ids)}).all()
+    return Recorded(
+        frozenset(r[0] for r in rows), frozenset(r[0] for r in rows if r[1]), frozenset(r[0] for r in rows if r[2])
+    )
+
+
 def claim(
-    conn: Connection, st: statements.Prebuilt, source_id: Any, lease: Any, *, token: str | None = None
-) -> Claim | None:
+    conn: Connection, st: statements.Prebuilt, source_id: Any, lease: Any, *, token: str | None = None,
+    seen: Recorded | None = None,
+) -> Claim | None:  # fmt: skip
     """Take one candidate: a first claim, a claim of an unfinished item, else ``take_over``;
     with ``token`` (a limited claim's, named by its slots) that token. No commit (the claim
-    round commits)."""
+    round commits).
+
+    MySQL/MariaDB (``caps.reads_records_first``): only the write that its record as committed
+    (``seen``, read here if not given) says can win, so a claim does not wait on a record
+    another transaction holds (a handler recording its outcome: see that property).
+    """
     token = token or str(uuid.uuid4())
     params = {"dbw_sid": source_id, "dbw_token": token, "dbw_lease": lease}
+    if seen is None and st.recorded is not None:
+        seen = recorded(conn, st, [source_id])
+    if seen is not None and source_id in seen.present:
+        if source_id in seen.again:
+            return Claim(source_id, token) if conn.execute(st.again, params).rowcount == 1 else None
+        return take_over(conn, st, source_id, lease, token=token) if source_id in seen.over else None
     if dialects.inserted(conn.execute(st.first, params)):
         return Claim(source_id, token)
+    if seen is not None:
+        return None  # recorded since the read: by another claim, which holds it
     if conn.execute(st.again, params).rowcount == 1:
         return Claim(source_id, token)
     return take_over(conn, st, source_id, lease, token=token)

@@ -30,7 +30,7 @@ from dbworker.sql.candidates import (
 from dbworker.sql.fenced import complete, holders, renew_many, step_over
 from dbworker.sql.precompiled import Precompiled
 from dbworker.sql.predicates import DONE, UNFINISHED, WORKING
-from dbworker.sql.taking import again, expired, first, first_many, one_shot, over
+from dbworker.sql.taking import again, expired, first, first_many, one_shot, over, recorded
 
 __all__ = [
     "DONE",
@@ -84,6 +84,7 @@ class Prebuilt:
     first_many: Any  # first claims of many items in one statement (caps.first_claims_at_once)
     again: sa.Update
     over: sa.Update
+    recorded: sa.Select[Any] | None  # the candidates' records as committed, before writing (caps.reads_records_first)
     one_shot: Precompiled | None  # eligible=None: the whole claim as one statement (caps.one_statement_claims)
     one_shot_after: Precompiled | None  # ... from a cursor
     one_shot_keys: Precompiled | None  # ... of the rows named in ``dbw_keys`` (their keys as text)
@@ -130,6 +131,7 @@ def prebuilt(table: sa.Table, key: sa.Column[Any], caps: dialects.Capabilities) 
         first_many=first_many(table, caps),
         again=again(table, caps),
         over=over(table, caps),
+        recorded=recorded(table, caps),
         one_shot=once(),
         one_shot_after=once(cursor=True),
         one_shot_keys=once(keyed=True),

@@ -182,6 +182,21 @@ def over(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
     )
 
 
+def recorded(table: sa.Table, caps: dialects.Capabilities) -> sa.Select[Any] | None:
+    """The records of the candidates ``dbw_sids`` as committed: each key, whether ``again``
+    can take it, whether ``over`` can (``caps.reads_records_first``; else None).
+
+    Locks: none (a consistent read at READ COMMITTED).
+    """
+    if not caps.reads_records_first:
+        return None
+    w = table.c
+    can_over = sa.and_(w.execution_status == WORKING, lease_over(table, caps))
+    return sa.select(w.source_id, due(table, caps).label("dbw_again"), can_over.label("dbw_over")).where(
+        w.source_id.in_(sa.bindparam("dbw_sids", expanding=True))
+    )
+
+
 def expired(table: sa.Table, caps: dialects.Capabilities) -> sa.Select[Any]:
     """Up to ``dbw_limit`` keys of WORKING items whose lease expired, through the lease index.
 

@@ -113,6 +113,7 @@ STATEMENTS: dict[str, Callable[[statements.Prebuilt, dialects.Capabilities], Any
     "one_shot_keys_traced": lambda st, caps: _one_shot(st.one_shot_keys_traced),
     "again": lambda st, caps: st.again,
     "over": lambda st, caps: st.over,
+    "recorded": lambda st, caps: st.recorded,
     "renew_many": lambda st, caps: st.renew_many,
     "holders": lambda st, caps: st.holders,
     "complete": lambda st, caps: st.complete,
