@@ -226,11 +226,7 @@ def _take_candidates(
             taken += first
             won = {c.source_id for c in first}
             rest = [i for i in candidates if i not in won]
-        seen = items.recorded(conn, st, rest)
-        for source_id in rest:
-            result = items.claim(conn, st, source_id, lease, seen=seen)
-            if result is not None:
-                taken.append(result)
+        taken += items.claim_each(conn, st, rest, lease)
     order = {source_id: n for n, source_id in enumerate(candidates)}
     taken.sort(key=lambda c: order[c.source_id])  # hand items out in the query's order
     return Round(taken, len(candidates), candidates[-1] if candidates else None, swept)

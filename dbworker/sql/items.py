@@ -67,52 +67,64 @@ class Claim:
 
 @dataclass(frozen=True)
 class Recorded:
-    """Candidates' records as committed (``caps.reads_records_first``): the keys that have
-    one, and of those the ones ``again`` and ``over`` can take."""
+    """Records as committed (``caps.reads_records_first``): the keys ``again`` can take, and
+    those ``over`` can."""
 
-    present: frozenset[Any]
     again: frozenset[Any]
     over: frozenset[Any]
 
 
-def recorded(conn: Connection, st: statements.Prebuilt, source_ids: Sequence[Any]) -> Recorded | None:
-    """What ``claim`` needs to write only what can win, where the server needs it (else None):
-    one read of the candidates' records, without locks."""
+def _recorded(conn: Connection, st: statements.Prebuilt, source_ids: Sequence[Any]) -> Recorded | None:
+    """One read of the records of ``source_ids``, without locks, where the server needs it
+    (else None, and every write is tried)."""
     if st.recorded is None or not source_ids:
         return None
     rows = conn.execute(st.recorded, {"dbw_sids": list(source_ids)}).all()
-    return Recorded(
-        frozenset(r[0] for r in rows), frozenset(r[0] for r in rows if r[1]), frozenset(r[0] for r in rows if r[2])
-    )
+    return Recorded(frozenset(r[0] for r in rows if r[1]), frozenset(r[0] for r in rows if r[2]))
 
 
 def claim(
-    conn: Connection, st: statements.Prebuilt, source_id: Any, lease: Any, *, token: str | None = None,
-    seen: Recorded | None = None,
-) -> Claim | None:  # fmt: skip
-    """Take one candidate: a first claim, a claim of an unfinished item, else ``take_over``;
-    with ``token`` (a limited claim's, named by its slots) that token. No commit (the claim
-    round commits).
+    conn: Connection, st: statements.Prebuilt, source_id: Any, lease: Any, *, token: str | None = None
+) -> Claim | None:
+    """Take one candidate (see ``claim_each``); with ``token`` (a limited claim's, named by its
+    slots) that token. No commit (the claim round commits)."""
+    taken = claim_each(conn, st, [source_id], lease, tokens=None if token is None else [token])
+    return taken[0] if taken else None
 
-    MySQL/MariaDB (``caps.reads_records_first``): only the write that its record as committed
-    (``seen``, read here if not given) says can win, so a claim does not wait on a record
-    another transaction holds (a handler recording its outcome: see that property).
+
+def claim_each(
+    conn: Connection, st: statements.Prebuilt, source_ids: Sequence[Any], lease: Any, *,
+    tokens: Sequence[str] | None = None,
+) -> list[Claim]:  # fmt: skip
+    """Take candidates one statement each: a first claim of each; of those that have a record,
+    a claim of an unfinished item, else ``take_over``. Returns the claims won, in the order
+    of ``source_ids``; ``tokens``: their tokens (a limited round's), else new ones. No commit.
+
+    MySQL/MariaDB (``caps.reads_records_first``): a first claim inserts only where no record
+    is committed, and the records of the rest are read (one read without locks) so that
+    only a write that can win is tried: there an UPDATE by key waits on a record another
+    transaction holds (a handler recording its outcome) even when the committed row cannot
+    match, and this claim holds the item's source row, which that handler needs.
     """
-    token = token or str(uuid.uuid4())
-    params = {"dbw_sid": source_id, "dbw_token": token, "dbw_lease": lease}
-    if seen is None and st.recorded is not None:
-        seen = recorded(conn, st, [source_id])
-    if seen is not None and source_id in seen.present:
-        if source_id in seen.again:
-            return Claim(source_id, token) if conn.execute(st.again, params).rowcount == 1 else None
-        return take_over(conn, st, source_id, lease, token=token) if source_id in seen.over else None
-    if dialects.inserted(conn.execute(st.first, params)):
-        return Claim(source_id, token)
-    if seen is not None:
-        return None  # recorded since the read: by another claim, which holds it
-    if conn.execute(st.again, params).rowcount == 1:
-        return Claim(source_id, token)
-    return take_over(conn, st, source_id, lease, token=token)
+    tokens = list(tokens) if tokens is not None else [str(uuid.uuid4()) for _ in source_ids]
+    won: dict[Any, Claim] = {}
+    others: list[tuple[Any, str]] = []  # that have a record
+    for source_id, token in zip(source_ids, tokens, strict=True):
+        params = {"dbw_sid": source_id, "dbw_token": token, "dbw_lease": lease}
+        if dialects.inserted(conn.execute(st.first, params)):
+            won[source_id] = Claim(source_id, token)
+        else:
+            others.append((source_id, token))
+    seen = _recorded(conn, st, [source_id for source_id, _ in others])
+    for source_id, token in others:
+        params = {"dbw_sid": source_id, "dbw_token": token, "dbw_lease": lease}
+        if (seen is None or source_id in seen.again) and conn.execute(st.again, params).rowcount == 1:
+            won[source_id] = Claim(source_id, token)
+        elif seen is None or source_id in seen.over:
+            got = take_over(conn, st, source_id, lease, token=token)
+            if got is not None:
+                won[source_id] = got
+    return [won[source_id] for source_id in source_ids if source_id in won]
 
 
 def take_over(

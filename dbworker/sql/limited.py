@@ -327,10 +327,6 @@ def _claim_all(conn: Connection, st: statements.Prebuilt, won: list[tuple[Any, s
         taken = items.claim_first_many(conn, st, [s for s, _ in won], lease, tokens=[t for _, t in won])
         first = {c.source_id for c in taken}
         rest = [(s, t) for s, t in won if s not in first]
-    seen = items.recorded(conn, st, [s for s, _ in rest])
-    for source_id, token in rest:
-        got = items.claim(conn, st, source_id, lease, token=token, seen=seen)
-        if got is not None:
-            taken.append(got)
+    taken += items.claim_each(conn, st, [s for s, _ in rest], lease, tokens=[t for _, t in rest])
     order = {source_id: n for n, (source_id, _) in enumerate(won)}
     return sorted(taken, key=lambda c: order[c.source_id])

@@ -62,13 +62,20 @@ def first(table: sa.Table, caps: dialects.Capabilities) -> Any:
     ON CONFLICT DO NOTHING takes no lock, MySQL/MariaDB's INSERT IGNORE a shared one.
     SQLite: the database's write lock until the commit.
 
-    On PostgreSQL it inserts only where no record is visible when it runs (``_insert_unrecorded``):
-    a candidate read that ran before another claim of the item committed still holds the
-    item's source row, and ON CONFLICT would wait on a transaction writing that record (its
+    On PostgreSQL and MySQL/MariaDB it inserts only where no record is committed when it
+    runs (``_insert_unrecorded``; MySQL/MariaDB: INSERT IGNORE ... SELECT ... WHERE NOT
+    EXISTS, whose read is a consistent one at READ COMMITTED): a candidate read that ran
+    before another claim of the item committed still holds the item's source row, and ON
+    CONFLICT or INSERT IGNORE would wait on a transaction writing that record (its
     handler's outcome, whose history row's foreign key check waits on that source row).
     """
     if caps.name == "postgresql":
         return _insert_unrecorded(table, _first_rows(table, caps, sid(table), token(table)), sid(table))
+    if caps.reads_records_first:
+        unrecorded = _first_rows(table, caps, sid(table), token(table)).where(
+            ~sa.exists().where(table.c.source_id == sid(table))
+        )
+        return caps.insert_ignoring_duplicate(table, "source_id").from_select(_CLAIM_COLUMNS, unrecorded)
     return caps.insert_ignoring_duplicate(table, "source_id").values(source_id=sid(table), **_taking(table, caps, first=True))
 
 
@@ -183,8 +190,9 @@ def over(table: sa.Table, caps: dialects.Capabilities) -> sa.Update:
 
 
 def recorded(table: sa.Table, caps: dialects.Capabilities) -> sa.Select[Any] | None:
-    """The records of the candidates ``dbw_sids`` as committed: each key, whether ``again``
-    can take it, whether ``over`` can (``caps.reads_records_first``; else None).
+    """The records of the items ``dbw_sids`` (candidates whose first claim inserted nothing)
+    as committed: each key, whether ``again`` can take it, whether ``over`` can
+    (``caps.reads_records_first``; else None).
 
     Locks: none (a consistent read at READ COMMITTED).
     """

@@ -121,7 +121,8 @@ def test_a_claim_that_raced_an_items_claim_does_not_hold_up_its_handlers_outcome
     # claim's write must then see the record and take nothing without waiting on the handler
     # (PostgreSQL's ON CONFLICT waited: a deadlock, seen in the schedules test; MariaDB's
     # INSERT IGNORE, and its UPDATE of a record by key, wait even where the committed record
-    # cannot match, so there a claim reads the records first: items.recorded).
+    # cannot match, so there a claim writes only where the committed record lets it win:
+    # items.claim_each).
     if app.db.backend == "sqlite":
         pytest.skip("SQLite claims take no row locks")
     c = app.coordinator()
