@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from dbworker import Coordinator, ExecutionStatus
 from tests.apps import basic
 from tests.conftest import BACKENDS, POOLED, Database, open_database
-from tests.helpers import wait_until
+from tests.helpers import logging_restored, wait_until
 
 FAST = {"poll_seconds": 0.05, "max_poll_seconds": 0.5}
 DONE = (ExecutionStatus.FINISHED, ExecutionStatus.FAILED)
@@ -79,6 +79,15 @@ class App:
     def close(self) -> None:
         for c in self.coordinators:
             c.abort()
+
+
+@pytest.fixture(autouse=True)
+def _logging_restored() -> Iterator[None]:
+    """Tests that run the pod command's ``main`` in this process (``inspect``) have it set up
+    logging for the process: undone after each, so that later tests' caplog sees dbworker's
+    records and no handler writes to a capture pytest has closed."""
+    with logging_restored():
+        yield
 
 
 @pytest.fixture(params=(*BACKENDS, POOLED))
