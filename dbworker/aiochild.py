@@ -26,7 +26,7 @@ from dbworker import aiorows, attemptlogs, child, loopwatch, messages, progress,
 from dbworker.contract import AsyncHandler, ExecutionStatus, Finished, LostClaim, Unfinished
 from dbworker.contract import Outcome as HandlerOutcome
 from dbworker.messages import DELETED, FINISHED, LOST, RETRY, TIMED_OUT, UNFINISHED, Outcome, Report
-from dbworker.sql import claimer, dialects, drivers, history, items, statements, tables
+from dbworker.sql import claimer, dialects, drivers, failures, history, items, statements, tables
 from dbworker.sql import progress as stored_progress
 
 if TYPE_CHECKING:  # imported where used: SQLAlchemy's asyncio needs greenlet (the `async` extra)
@@ -273,7 +273,7 @@ class AsyncRunner:
         await item.progress.flush()  # its last report is kept with the failure
         try:
             async with self.engine.connect() as conn:
-                outcome, item.after = await conn.run_sync(lambda c: items.failed_attempt(
+                outcome, item.after = await conn.run_sync(lambda c: failures.failed_attempt(
                     c, self.table, item.claim, error=error, traceback=item.traceback, retry=self.config.retry,
                     exc=exc, final=final, attempt_record=item.attempt,
                 ))  # fmt: skip

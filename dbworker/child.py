@@ -33,7 +33,16 @@ from dbworker.contract import (
 )
 from dbworker.messages import DELETED, FINISHED, LOST, RETRY, UNFINISHED, Outcome, Report
 from dbworker.retries import Retry
-from dbworker.sql import claimer, dialects, history, items, statements, tables, transactions
+from dbworker.sql import (
+    claimer,
+    dialects,
+    failures,
+    history,
+    items,
+    statements,
+    tables,
+    transactions,
+)
 from dbworker.sql import progress as stored_progress
 
 MAY_COMMIT = "dbworker.may_commit"
@@ -296,7 +305,7 @@ class Runner:
         """Record the failed attempt (``final``: failed, whatever the worker's Retry says)."""
         try:
             with self.engine.connect() as conn:
-                outcome, self._after = items.failed_attempt(
+                outcome, self._after = failures.failed_attempt(
                     conn, self.table, claim, error=error, traceback=self._traceback,
                     retry=None if final else self.config.retry, exc=exc, attempt_record=self._attempt,
                 )  # fmt: skip
@@ -316,11 +325,11 @@ def attempt_allowed(conn: sa.Connection, table: sa.Table, claim: items.Claim, ma
                     history_table: sa.Table | None, claimed_by: str) -> bool:  # fmt: skip
     """False, with the item recorded FAILED, when ``claim`` took over an item whose last
     allowed attempt died with its process (taking over counts an attempt too)."""
-    attempt = items.attempt_of(conn, table, claim)
+    attempt = failures.attempt_of(conn, table, claim)
     conn.rollback()
     if attempt is None or attempt <= max_attempts:
         return True
-    items.failed_attempt(conn, table, claim, error="handler process died on its last allowed "
+    failures.failed_attempt(conn, table, claim, error="handler process died on its last allowed "
                          f"attempt (attempt {attempt - 1} of {max_attempts}; its lease expired)",
                          attempt_record=history.Attempt(history_table, None, claimed_by))  # fmt: skip
     return False

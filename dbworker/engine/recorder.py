@@ -24,7 +24,7 @@ from dbworker.engine.picker import Picker
 from dbworker.engine.runner import Runner
 from dbworker.messages import Outcome
 from dbworker.pool import Died, Done, Skipped, describe_exit
-from dbworker.sql import claimer, history, items, notify
+from dbworker.sql import claimer, failures, history, items, notify
 from dbworker.sql.dialects import connect
 
 log = logging.getLogger("dbworker")
@@ -165,7 +165,7 @@ class Recorder:
         record = history.Attempt(kept, started, claimer.identity(), trace=tracing.ids_of(claim.trace))
         try:
             with connect(self._ctx.engine) as conn:
-                outcome, after = items.failed_attempt(conn, w.table, claim, error=error, retry=w.retry, final=final,
+                outcome, after = failures.failed_attempt(conn, w.table, claim, error=error, retry=w.retry, final=final,
                                                       attempt_record=record)  # fmt: skip
         except Exception as exc:
             self._ctx.db_error("complete", exc)
