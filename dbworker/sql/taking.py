@@ -72,18 +72,20 @@ def first(table: sa.Table, caps: dialects.Capabilities) -> Any:
     if caps.name == "postgresql":
         return _insert_unrecorded(table, _first_rows(table, caps, sid(table), token(table)), sid(table))
     if caps.reads_records_first:
-        unrecorded = _first_rows(table, caps, sid(table), token(table)).where(
-            ~sa.exists().where(table.c.source_id == sid(table))
-        )
+        unrecorded = _unrecorded(table, _first_rows(table, caps, sid(table), token(table)), sid(table))
         return caps.insert_ignoring_duplicate(table, "source_id").from_select(_CLAIM_COLUMNS, unrecorded)
     return caps.insert_ignoring_duplicate(table, "source_id").values(source_id=sid(table), **_taking(table, caps, first=True))
+
+
+def _unrecorded(table: sa.Table, rows: sa.Select[Any], source_id: Any) -> sa.Select[Any]:
+    """The first claims ``rows`` of items ``source_id`` with no record (as the statement sees them)."""
+    return rows.where(~sa.exists().where(table.c.source_id == source_id))
 
 
 def _insert_unrecorded(table: sa.Table, rows: sa.Select[Any], source_id: Any) -> Any:
     """PostgreSQL's INSERT of first claims ``rows`` where ``source_id`` has no record (in the
     statement's snapshot; ON CONFLICT DO NOTHING for one inserted meanwhile); returns the keys."""
-    unrecorded = rows.where(~sa.exists().where(table.c.source_id == source_id))
-    insert = postgresql.insert(table).from_select(_CLAIM_COLUMNS, unrecorded)
+    insert = postgresql.insert(table).from_select(_CLAIM_COLUMNS, _unrecorded(table, rows, source_id))
     return insert.on_conflict_do_nothing(index_elements=["source_id"]).returning(table.c.source_id)
 
 
