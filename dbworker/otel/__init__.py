@@ -37,7 +37,9 @@ __all__ = ["instrument"]
 _RECHECK_SECONDS = 60.0  # a table without a trace table is looked at again after this
 _engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 _lock = threading.Lock()
-_known: dict[tuple[int, str], tuple[sa.Table | None, float]] = {}
+# By engine, weakly: an id() outlives its engine, and a new engine at that address (another
+# database) must not get the old one's answer.
+_known: weakref.WeakKeyDictionary[Engine, dict[str, tuple[sa.Table | None, float]]] = weakref.WeakKeyDictionary()
 
 
 def instrument(target: Engine | sessionmaker[Any]) -> None:
@@ -105,15 +107,16 @@ def _written(new: Iterable[Any], dirty: Iterable[Any]) -> dict[sa.Table, list[An
 
 def _side_table(conn: Connection, table: sa.Table) -> sa.Table | None:
     """``table``'s trace table if it exists in the database (looked at once a while)."""
-    key = (id(conn.engine), f"{table.schema}.{table.name}")
+    key = f"{table.schema}.{table.name}"
     now = time.monotonic()
     with _lock:
-        known = _known.get(key)
+        tables = _known.setdefault(conn.engine, {})
+        known = tables.get(key)
     if known is not None and (known[0] is not None or now - known[1] < _RECHECK_SECONDS):
         return known[0]
     name = traces.table_name(table.name)
     exists = sa.inspect(conn).has_table(name, schema=table.schema)
     side = traces.side_table(table) if exists else None
     with _lock:
-        _known[key] = (side, now)
+        tables[key] = (side, now)
     return side
