@@ -227,13 +227,14 @@ class TcpProxy:
         if self._thread is not None:
             self._thread.join(5)
         for c in conns:
-            try:
-                c.setsockopt(
-                    socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
-                )
+            # shutdown() before close(): a pump thread blocked in recv() on this socket holds it
+            # open past a bare close() (Linux keeps the socket while a call uses it), and a reply
+            # that pump then drops leaves the worker waiting on a connection that never ends.
+            with contextlib.suppress(OSError):
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                c.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
                 c.close()
-            except OSError:
-                pass
 
     def close(self) -> None:
         self.cut()
