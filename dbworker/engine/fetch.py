@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 from dbworker import redact
 from dbworker.engine.context import Context
 from dbworker.engine.picker import Lookup, Picker
-from dbworker.sql import attempts, claims, dialects, notify, pauses, sweeps
+from dbworker.sql import attempts, claims, dialects, notify, sweeps
 from dbworker.sql.dialects import connect
 
 log = logging.getLogger("dbworker")
@@ -177,9 +177,7 @@ class Fetcher:
         window = self._picker.lookup_window
         try:
             with dialects.connect_reads(self._ctx.engine) as conn:
-                with conn.begin():  # each read in its own transaction, as attempts' are
-                    paused = pauses.is_paused(conn, w.name)
-                waiting = attempts.due(conn, w.table, notify.MAX_NAMED_ROWS, overdue=window)
+                paused, waiting = attempts.lookup(conn, w.table, w.name, notify.MAX_NAMED_ROWS, overdue=window)
                 if w.due is not None:
                     waiting += attempts.source_due(conn, w.table, w.due, notify.MAX_NAMED_ROWS, within=window)
                 # Here, not in a claim: an idle loop claims only every poll (up to

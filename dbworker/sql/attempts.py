@@ -14,9 +14,9 @@ import datetime as dt
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Dialect
 
-from dbworker.sql import dialects, statements, times
+from dbworker.sql import dialects, pauses, statements, times
 from dbworker.sql.due import Due
 
 
@@ -28,19 +28,50 @@ def due(conn: Connection, table: sa.Table, limit: int, *, overdue: float | None 
     Read through the ``not_before`` index on the server's clock, in a transaction of its own.
     """
     caps = dialects.of(conn)
-    w = table.c
-    query = (
-        sa.select(w.source_id, w.not_before, caps.now().label("dbw_now"))
-        .where(w.not_before.is_not(None) if overdue is None else w.not_before > caps.now_plus(-overdue))
-        # A time Python cannot hold (stored by an earlier release, or by hand) is never due
-        # in practice: left out, so the lookup never fails on it (see ``times``).
-        .where(times.within_reach(w.not_before, conn.dialect))
-        .order_by(w.not_before)
-        .limit(limit)
-    )
+    query = _waiting(table, caps, conn.dialect, limit, overdue).add_columns(caps.now().label("dbw_now"))
     with conn.begin():
         rows = conn.execute(query).all()
     return [(sid, _seconds(not_before, now)) for sid, not_before, now in rows]
+
+
+def lookup(conn: Connection, table: sa.Table, worker: str, limit: int, *,
+           overdue: float | None = None) -> tuple[bool, list[tuple[Any, float]]]:  # fmt: skip
+    """Whether ``worker`` is paused, and ``due``'s waiting items, in one statement: what
+    every idle claim loop reads once a second (``tuning.LOOKUP_SECONDS``), so one round
+    trip and one statement for the server where two were."""
+    with conn.begin():
+        rows = conn.execute(lookup_query(table, worker, limit, overdue=overdue, dialect=conn.dialect)).all()
+    return bool(rows[0][0]), [(sid, _seconds(at, now)) for _, now, sid, at in rows if at is not None]
+
+
+def lookup_query(table: sa.Table, worker: str, limit: int, *, overdue: float | None,
+                 dialect: Dialect) -> sa.Select[Any]:  # fmt: skip
+    """``lookup``'s statement: (paused, now, source_id, not_before) rows, soonest first. The
+    pause comes from a one-row anchor the waiting items are left-joined to, so it is read
+    when none wait (one row of NULL items)."""
+    caps = dialects.capabilities(dialect)
+    waiting = _waiting(table, caps, dialect, limit, overdue).subquery("dbw_waiting")
+    anchor = sa.select(pauses.paused(worker).label("dbw_paused"), caps.now().label("dbw_now")).subquery("dbw_anchor")
+    return (
+        sa.select(anchor.c.dbw_paused, anchor.c.dbw_now, waiting.c.source_id, waiting.c.not_before)
+        .select_from(anchor.outerjoin(waiting, sa.true()))
+        .order_by(waiting.c.not_before)
+    )
+
+
+def _waiting(table: sa.Table, caps: dialects.Capabilities, dialect: Dialect, limit: int,
+             overdue: float | None) -> sa.Select[Any]:  # fmt: skip
+    """The waiting items ``due`` reads: (source_id, not_before), soonest first."""
+    w = table.c
+    return (
+        sa.select(w.source_id, w.not_before)
+        .where(w.not_before.is_not(None) if overdue is None else w.not_before > caps.now_plus(-overdue))
+        # A time Python cannot hold (stored by an earlier release, or by hand) is never due
+        # in practice: left out, so the lookup never fails on it (see ``times``).
+        .where(times.within_reach(w.not_before, dialect))
+        .order_by(w.not_before)
+        .limit(limit)
+    )
 
 
 def source_due(conn: Connection, table: sa.Table, due: Due, limit: int, *, within: float) -> list[tuple[Any, float]]:

@@ -47,7 +47,12 @@ def read(conn: Connection) -> dict[str, Pause]:
 
 def is_paused(conn: Connection, worker: str) -> bool:
     """Whether ``worker`` is paused (one primary-key probe)."""
-    return conn.execute(sa.select(TABLE.c.worker).where(TABLE.c.worker == worker)).first() is not None
+    return bool(conn.execute(sa.select(paused(worker))).scalar())
+
+
+def paused(worker: str) -> sa.Exists:
+    """``is_paused`` as an expression, for a statement that reads more (``attempts.lookup``)."""
+    return sa.exists().where(TABLE.c.worker == worker)
 
 
 def pause(conn: Connection, worker: str, *, by: str | None) -> bool:

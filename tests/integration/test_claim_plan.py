@@ -97,3 +97,16 @@ def test_due_times_are_read_through_the_not_before_index(pg: Database) -> None:
     nodes = plan_nodes(plan["Plan"])
     assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], json.dumps(plan)[:2000]
     assert {n.get("Index Name") for n in nodes} >= {"ix_items_work_not_before"}, json.dumps(plan)[:2000]
+    # The loop's lookup (the pause and the waiting items in one statement) too, as it is sent.
+    sent: list[tuple[str, Any]] = []
+    with pg.engine.connect() as conn:
+        sa.event.listen(conn, "before_cursor_execute", lambda *a: sent.append((a[2], a[3])))
+        paused, waiting = attempts.lookup(conn, table, "items", 64, overdue=60)
+    assert not paused and sorted(k for k, _ in waiting) == [1, 2, 3, 4, 5]
+    [(statement, parameters)] = [(s, p) for s, p in sent if "dbworker_paused" in s]
+    with pg.engine.connect() as conn:
+        [[plan]] = conn.exec_driver_sql("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, parameters).scalars().all()
+    nodes = plan_nodes(plan["Plan"])
+    # (dbworker_paused holds a row per paused worker: a scan of it is a scan of a few rows.)
+    assert not [n for n in nodes if n["Node Type"] == "Seq Scan" and n["Relation Name"] != "dbworker_paused"], json.dumps(plan)[:2000]
+    assert {n.get("Index Name") for n in nodes} >= {"ix_items_work_not_before"}, json.dumps(plan)[:2000]

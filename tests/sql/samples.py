@@ -16,7 +16,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from dbworker import limits
-from dbworker.sql import dialects, history, slots, statements, tables, taking, turns
+from dbworker.sql import attempts, dialects, history, slots, statements, tables, taking, turns
 
 DIRECTORY = Path(__file__).parent
 REGENERATE = ".venv/bin/python -m tests.sql.write"
@@ -131,6 +131,8 @@ STATEMENTS: dict[str, Callable[[statements.Prebuilt, dialects.Capabilities], Any
     ),
     "limited_round": lambda st, caps: taking.limited_round(WORK, SLOTS, KEY, caps),
     "load_source": lambda st, caps: statements.load_source(Item),
+    # What every idle claim loop reads once a second: its pause and its waiting items.
+    "lookup": lambda st, caps: attempts.lookup_query(WORK, "items", 64, overdue=60.0, dialect=dialect(caps.name)),
 }
 
 
