@@ -81,6 +81,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pg-dsn", default=DEFAULT_PG_DSN)
     parser.add_argument("--mariadb-url", default=DEFAULT_MARIADB_URL)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--against", type=Path, metavar="CHECKOUT",
+                        help="also start N pods of another checkout's dbworker in the same window "
+                             "(PostgreSQL): each side's backends (by client port) and pods, apart")
     args = parser.parse_args(argv)  # fmt: skip
     args.pod_counts = sorted({int(v) for v in args.pods.split(",") if v})
     args.histories = [int(v) for v in args.history.split(",") if v]
@@ -335,16 +338,50 @@ def measure_window(server: Server, seconds: float, pods: Sequence[procs.Pod]) ->
 # ---- the pods ------------------------------------------------------------------------------
 
 
-def start_pods(server: Server, count: int, base_port: int, log_dir: Path, tag: str) -> list[procs.Pod]:
+def start_pods(server: Server, count: int, base_port: int, log_dir: Path, tag: str,
+               root: Path = ROOT) -> list[procs.Pod]:  # fmt: skip
+    """``count`` pods of the dbworker in ``root`` (this checkout, or ``--against``'s)."""
     pods = []
     for index in range(count):
         port = base_port + index
         argv = [sys.executable, "-m", "dbworker", "run", APP, "--metrics-port", str(port),
                 "--metrics-host", "127.0.0.1"]  # fmt: skip
-        env = {"DATABASE_URL": server.url, "PYTHONPATH": str(ROOT)}
+        env = {"DATABASE_URL": server.url, "PYTHONPATH": f"{root}{os.pathsep}{root / 'operator'}"}
         pods.append(procs.start_pod(argv, env=env, log_path=log_dir / f"{tag}-pod{index}.log",
-                                    cwd=ROOT))  # fmt: skip
+                                    cwd=root))  # fmt: skip
     return pods
+
+
+def measure_sides(server: PgServer, seconds: float, sides: dict[str, list[procs.Pod]]) -> dict[str, dict[str, float]]:
+    """One window over pods of two checkouts running together: per side, the CPU of the
+    `bench` backends serving its pods (matched by client port) and of its pods, per pod."""
+    port = make_url(server.url).port or 5432
+
+    def backends() -> dict[str, set[int]]:
+        rows = server.conn.execute("SELECT pid, client_port FROM pg_stat_activity WHERE datname = "
+                                   "current_database() AND pid <> pg_backend_pid()").fetchall()  # fmt: skip
+        ports = {name: set().union(*(procs.tree_ports(p, port) for p in pods)) for name, pods in sides.items()}
+        return {name: {int(pid) for pid, client in rows if client in mine} for name, mine in ports.items()}
+
+    def cpu(pids: set[int]) -> float:
+        total = 0.0
+        for pid in pids:
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.ZombieProcess):
+                t = psutil.Process(pid).cpu_times()
+                total += t.user + t.system
+        return total
+
+    served = backends()
+    before = {name: (cpu(served[name]), sum(procs.tree_cpu_seconds(p) for p in pods)) for name, pods in sides.items()}
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - t0
+    out = {}
+    for name, pods in sides.items():
+        backend, pod = cpu(served[name]) - before[name][0], sum(procs.tree_cpu_seconds(p) for p in pods) - before[name][1]
+        out[name] = {"backends_cpu_pct_per_pod": 100.0 * backend / elapsed / len(pods),
+                     "pods_cpu_pct_per_pod": 100.0 * pod / elapsed / len(pods), "backends": len(served[name])}  # fmt: skip
+    return out
 
 
 def wait_ready(pods: Sequence[procs.Pod], base_port: int, timeout: float = READY_TIMEOUT) -> float:
@@ -490,6 +527,21 @@ def main(argv: list[str] | None = None) -> int:
                             try:
                                 pods = start_pods(server, count, args.base_port, log_dir, tag)
                                 point["ready_seconds"] = round(wait_ready(pods, args.base_port), 1)
+                                if args.against is not None and isinstance(server, PgServer):
+                                    other = start_pods(server, count, args.base_port + count, log_dir,
+                                                       f"{tag}-against", root=args.against)  # fmt: skip
+                                    mine_pods, pods = pods, pods + other
+                                    wait_ready(other, args.base_port + count)
+                                    time.sleep(args.settle)
+                                    sides = [measure_sides(server, args.window, {"this": mine_pods, "against": other})
+                                             for _ in range(args.windows)]  # fmt: skip
+                                    point["sides"] = sides
+                                    for name in ("this", "against"):
+                                        print(f"  {count} pods of {name}: " + ", ".join(
+                                            f"backends {w[name]['backends_cpu_pct_per_pod']:.3f}% and pods "
+                                            f"{w[name]['pods_cpu_pct_per_pod']:.3f}% of a core per pod"
+                                            for w in sides), flush=True)  # fmt: skip
+                                    continue
                                 time.sleep(args.settle)
                                 total, mine = server.connections()
                                 point["bench_connections"] = mine

@@ -102,7 +102,7 @@ TICKS_ERROR_MAX_WAIT = 5.0
 ERROR_FIRST_WAIT = 0.1
 ERROR_MAX_WAIT = 5.0
 # How often a loop reads the soonest waiting items of its worker and whether it is paused
-# fleet-wide (at most max_poll_seconds), both on one connection: an item another pod made wait
+# fleet-wide (at most max_poll_seconds), both in one statement: an item another pod made wait
 # is picked up within this much of its time, and a pause stops claims within it.
 LOOKUP_SECONDS = 1.0
 # A round skipped rows another transaction had locked (another worker's claim on the same

@@ -22,8 +22,12 @@ class Precompiled:
     a TypeDecorator, DateTime on SQLite, ...), it runs the statement the normal way instead.
     """
 
-    def __init__(self, statement: Any) -> None:
+    def __init__(self, statement: Any, *, literal: bool = False) -> None:
+        """``literal``: render every bound value into the SQL, for a statement whose values
+        are fixed when it is built. PostgreSQL plans a prepared statement without parameters
+        once; with parameters it may plan each run again for their values (custom plans)."""
         self.statement = statement
+        self._literal = literal
         self._dialect: Any = None
         self._compiled: Any = None
         self._sql = ""
@@ -31,8 +35,8 @@ class Precompiled:
 
     def prepare(self, dialect: Any) -> None:
         """Compile for ``dialect`` now (else on first use)."""
-        compiled = self.statement.compile(dialect=dialect)
-        types = [bind.type for bind in compiled.binds.values()]
+        compiled = self.statement.compile(dialect=dialect, compile_kwargs={"literal_binds": self._literal})
+        types = [] if self._literal else [bind.type for bind in compiled.binds.values()]
         # What the statement returns: a SELECT's columns, an INSERT's or UPDATE's RETURNING.
         results = [column.type for column in getattr(self.statement, "exported_columns", ())]
         # An expanding IN list (POSTCOMPILE) is rendered per execution: only SQLAlchemy can run it.
@@ -48,6 +52,8 @@ class Precompiled:
             self.prepare(conn.dialect)
         if not self._fast:
             return conn.execute(self.statement, values)
+        if self._literal:
+            return conn.exec_driver_sql(self._sql)
         compiled = self._compiled
         params: Any = compiled.construct_params(values)
         if compiled.positional:

@@ -43,6 +43,24 @@ def test_plain_types_run_as_driver_sql_and_processed_types_the_normal_way(db: Da
         assert runs == [True, False]
 
 
+def test_a_literal_statement_is_sent_with_its_values_in_its_text(db: Database) -> None:
+    """``Precompiled(literal=True)`` (the claim loop's lookup on PostgreSQL): no parameters
+    sent, the same rows as SQLAlchemy's own execution."""
+    table = typed_keys.Order.__table__
+    typed_keys.Base.metadata.create_all(db.engine)
+    with db.engine.begin() as conn:
+        conn.execute(sa.insert(table), [{"code": "order-1", "done": False}, {"code": "order-22", "done": True}])
+    seven = sa.func.length(sa.literal("it's-22", sa.String()))  # a quote, escaped in the text
+    query = sa.select(sa.func.count()).select_from(table).where(sa.func.length(table.c.code) == seven)
+    sent: list[Any] = []
+    event.listen(db.engine, "before_cursor_execute", lambda *a: sent.append((a[2], a[3])))
+    with db.engine.connect() as conn:
+        assert statements.Precompiled(query, literal=True).execute(conn, {}).scalar_one() == 1
+        assert conn.execute(query).scalar_one() == 1
+    [(sql, parameters), _] = sent
+    assert "'it''s-22'" in sql and not parameters, (sql, parameters)
+
+
 def test_items_whose_key_needs_its_type_processing_are_claimed_and_run(db: Database) -> None:
     typed_keys.Base.metadata.create_all(db.engine)
     coordinator = Coordinator(db.session_factory, database_url=db.url, poll_seconds=0.05, max_poll_seconds=0.2,

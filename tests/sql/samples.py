@@ -131,7 +131,8 @@ STATEMENTS: dict[str, Callable[[statements.Prebuilt, dialects.Capabilities], Any
     ),
     "limited_round": lambda st, caps: taking.limited_round(WORK, SLOTS, KEY, caps),
     "load_source": lambda st, caps: statements.load_source(Item),
-    # What every idle claim loop reads once a second: its pause and its waiting items.
+    # What every idle claim loop reads once a second: its pause and its waiting items (on
+    # PostgreSQL sent with these values in its text: ``Precompiled(literal=True)``).
     "lookup": lambda st, caps: attempts.lookup_query(WORK, "items", 64, overdue=60.0, dialect=dialect(caps.name)),
 }
 
