@@ -79,7 +79,7 @@ def test_create_builds_the_deployment_and_reports_ready(op: Operator) -> None:
     assert final["status"]["readyReplicas"] == 2 and final["status"]["observedGeneration"] == 1
     assert final["status"]["selector"] == "app.kubernetes.io/instance=alpha,app.kubernetes.io/name=dbworker"
     assert not final["metadata"].get("finalizers"), "a finalizer could hang namespace deletion"
-    assert ("Normal", "Applied", "Created Deployment alpha") in op.events("alpha")
+    op.wait(lambda: ("Normal", "Applied", "Created Deployment alpha") in op.events("alpha"), "the Deployment's Event")
     assert "s3cret" not in op.log()
 
 

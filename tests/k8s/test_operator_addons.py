@@ -139,7 +139,9 @@ def test_scale_from_zero_with_a_connection_budget(ops: tuple[Operator, Operator]
     cond = op.wait(lambda: op.condition("zero", "ConnectionBudget"), "the ConnectionBudget condition")
     assert cond["status"] == "True" and cond["reason"] == "AutoscalingCapped", cond
     assert "462 of spec.database.maxConnections 200" in cond["message"] and "at most 8" in cond["message"]
-    assert ("Warning", "AutoscalingCapped") in {(t, r) for t, r, _ in op.events("zero")}
+    # Events are posted after the status patch, in the background: waited for, not read once.
+    op.wait(lambda: ("Warning", "AutoscalingCapped") in {(t, r) for t, r, _ in op.events("zero")},
+            "the AutoscalingCapped event")  # fmt: skip
     worker = op.get(f"{WORKERS}/zero") or {}
     assert "pw" not in str(worker.get("status")) and all("pw" not in m for _, _, m in op.events("zero"))
 
