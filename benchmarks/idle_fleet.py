@@ -363,22 +363,17 @@ def measure_sides(server: PgServer, seconds: float, sides: dict[str, list[procs.
         ports = {name: set().union(*(procs.tree_ports(p, port) for p in pods)) for name, pods in sides.items()}
         return {name: {int(pid) for pid, client in rows if client in mine} for name, mine in ports.items()}
 
-    def cpu(pids: set[int]) -> float:
-        total = 0.0
-        for pid in pids:
-            with contextlib.suppress(psutil.NoSuchProcess, psutil.ZombieProcess):
-                t = psutil.Process(pid).cpu_times()
-                total += t.user + t.system
-        return total
-
     served = backends()
-    before = {name: (cpu(served[name]), sum(procs.tree_cpu_seconds(p) for p in pods)) for name, pods in sides.items()}
+    cpu0, _ = cpu_by_pid(server)
+    pods0 = {name: sum(procs.tree_cpu_seconds(p) for p in pods) for name, pods in sides.items()}
     t0 = time.monotonic()
     time.sleep(seconds)
     elapsed = time.monotonic() - t0
+    cpu1, _ = cpu_by_pid(server)
     out = {}
     for name, pods in sides.items():
-        backend, pod = cpu(served[name]) - before[name][0], sum(procs.tree_cpu_seconds(p) for p in pods) - before[name][1]
+        backend = sum(cpu1[pid] - cpu0.get(pid, 0.0) for pid in served[name] if pid in cpu1)
+        pod = sum(procs.tree_cpu_seconds(p) for p in pods) - pods0[name]
         out[name] = {"backends_cpu_pct_per_pod": 100.0 * backend / elapsed / len(pods),
                      "pods_cpu_pct_per_pod": 100.0 * pod / elapsed / len(pods), "backends": len(served[name])}  # fmt: skip
     return out

@@ -168,8 +168,9 @@ class Fetcher:
 
     def look_up(self, now: float) -> Lookup | None:
         """Read whether the worker is paused and the soonest waiting items through the
-        not_before index (one statement, ``attempts.lookup``), with a due column the soonest due source rows through its index, and when the
-        sweep asks (``expired_due``) the expired claims through the lease index. One
+        not_before index (one statement, ``attempts.lookup``), with a due column the soonest
+        due source rows through its index, and when the sweep asks (``expired_due``) the
+        expired claims through the lease index. One
         read-only connection (``dialects.connect_reads``); None on an error (reported; the
         picker keeps its last state and the lookup is tried again).
         """

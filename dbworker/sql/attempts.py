@@ -52,7 +52,7 @@ def lookup(conn: Connection, table: sa.Table, worker: str, limit: int, *,
     built = _LOOKUPS.get(cache_key)
     if built is None or built[0] is not table:
         statement = lookup_query(table, worker, limit, overdue=overdue, dialect=conn.dialect)
-        built = _LOOKUPS[cache_key] = (table, Precompiled(statement, literal=caps.name == "postgresql"))
+        built = _LOOKUPS[cache_key] = (table, Precompiled(statement, literal=caps.plans_fixed_statements_once))
     with conn.begin():
         rows: list[Any] = list(built[1].execute(conn, {}).all())
     return bool(rows[0][0]), [(sid, _seconds(at, now)) for _, now, sid, at in rows if at is not None]

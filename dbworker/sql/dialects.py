@@ -88,6 +88,13 @@ class Capabilities:
         CTE: PostgreSQL), so a handler's outcome and its history row are one round trip."""
         return self.name == "postgresql"
 
+    @property
+    def plans_fixed_statements_once(self) -> bool:
+        """A statement run often is best sent with its fixed values in its text (PostgreSQL):
+        a prepared statement without parameters is planned once, one with parameters may be
+        planned again at each run for their values (custom plans)."""
+        return self.name == "postgresql"
+
     def now(self) -> ColumnElement[dt.datetime]:
         """The server's current time as naive UTC."""
         return self._shift(None)
